@@ -1,0 +1,10 @@
+//! tierd core library: one logical block volume over a fast SSD and a slow HDD.
+//!
+//! Module map:
+//! - [`device`]: the block-device trait and its implementations (file, memory).
+//! - [`store`]: the metadata store trait (sled and in-memory).
+//! - [`volume`]: geometry, superblocks, extent map, allocator and the I/O paths.
+//! - [`nbd`]: the NBD protocol codec and the tokio server.
+//! - [`config`]: the daemon configuration.
+
+pub mod nbd;
