@@ -5,6 +5,8 @@
 //! - [`store`]: the metadata store trait (sled and in-memory).
 //! - [`volume`]: geometry, superblocks, extent map, allocator and the I/O paths.
 //! - [`nbd`]: the NBD protocol codec and the tokio server.
-//! - [`config`]: the daemon configuration.
 
+pub mod device;
 pub mod nbd;
+pub mod store;
+pub mod volume;

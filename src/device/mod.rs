@@ -1,0 +1,39 @@
+//! Block devices: the small object-safe [`BlockDevice`] trait every tier is
+//! stored on, with a file/block-device implementation ([`FileDevice`]) and an
+//! in-memory one for tests ([`MemDevice`]).
+
+mod file;
+mod mem;
+
+pub use file::FileDevice;
+pub use mem::MemDevice;
+
+use std::io;
+
+/// A fixed-size, byte-addressed device with positioned I/O.
+///
+/// Reads and writes are whole: they either transfer every byte or fail.
+/// Implementations are shared between threads.
+pub trait BlockDevice: Send + Sync + 'static {
+    /// Size of the device in bytes.
+    fn size(&self) -> u64;
+    /// Read `buf.len()` bytes at `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Write all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Make every completed write durable (fdatasync).
+    fn sync(&self) -> io::Result<()>;
+    /// A human name for messages (the path, or "memory").
+    fn name(&self) -> String;
+}
+
+/// Check that `[offset, offset+len)` lies within a device of `size` bytes.
+pub(crate) fn check_range(size: u64, offset: u64, len: usize) -> io::Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("device I/O at {offset}+{len} past the end ({size} bytes)"),
+        )),
+    }
+}

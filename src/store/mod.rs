@@ -1,0 +1,57 @@
+//! The metadata store: our own small [`MetaStore`] trait over an embedded
+//! key-value store, with a sled implementation ([`SledStore`]) and an
+//! in-memory one ([`MemStore`]).
+//!
+//! Two namespaces: volume keys (format version, geometry, volume id) and the
+//! extent map (logical extent index → encoded extent record). The store is
+//! versioned by the [`FORMAT_VERSION_KEY`] key.
+
+mod mem;
+mod sled_store;
+
+pub use mem::MemStore;
+pub use sled_store::SledStore;
+
+/// Key under which the metadata format version is stored.
+pub const FORMAT_VERSION_KEY: &str = "format-version";
+
+/// Errors of the metadata store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The embedded database failed.
+    #[error("metadata store error: {0}")]
+    Backend(String),
+    /// An I/O error around the store (directory creation and the like).
+    #[error("metadata store I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+/// Result of store operations.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What the volume needs from a metadata store.
+///
+/// Writes become durable only at [`MetaStore::flush`]; a crash may lose any
+/// write made after the last flush, but never one made before it.
+pub trait MetaStore: Send + Sync + 'static {
+    /// Read a volume key.
+    fn get(&self, key: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// Write a volume key.
+    fn put(&self, key: &str, value: &[u8]) -> StoreResult<()>;
+    /// Every extent record, in index order.
+    fn load_extents(&self) -> StoreResult<Vec<(u64, Vec<u8>)>>;
+    /// Write the record of one extent.
+    fn put_extent(&self, index: u64, record: &[u8]) -> StoreResult<()>;
+    /// Forget one extent (it becomes unmapped).
+    fn remove_extent(&self, index: u64) -> StoreResult<()>;
+    /// Make every write so far durable.
+    fn flush(&self) -> StoreResult<()>;
+    /// Remove every key and extent record (formatting over an old volume).
+    fn clear(&self) -> StoreResult<()>;
+}

@@ -1,0 +1,118 @@
+//! The slot allocator: free slots per tier, and slots freed but held in
+//! quarantine until the next metadata flush.
+//!
+//! A freed slot must not be reused before the unmapping that freed it is
+//! durable: otherwise a crash could revive the old mapping over a slot that
+//! now holds another extent's data.
+
+use parking_lot::Mutex;
+
+use super::extent::Loc;
+use super::geometry::Tier;
+
+/// Free-slot bookkeeping for both tiers.
+pub struct Allocator {
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    /// Free slots per tier, used from the end (lowest slots first at start).
+    free: [Vec<u32>; 2],
+    /// Freed since the last metadata flush.
+    quarantine: Vec<Loc>,
+}
+
+impl Allocator {
+    /// An allocator whose free slots are those of `slots` not in `used`.
+    pub fn new(slots: [u32; 2], used: impl Iterator<Item = Loc>) -> Self {
+        let mut taken = [vec![false; slots[0] as usize], vec![false; slots[1] as usize]];
+        for loc in used {
+            if let Some(t) = taken[loc.tier.index()].get_mut(loc.slot as usize) {
+                *t = true;
+            }
+        }
+        let free = [0, 1].map(|i| {
+            (0..slots[i])
+                .rev()
+                .filter(|s| !taken[i][*s as usize])
+                .collect::<Vec<u32>>()
+        });
+        Allocator {
+            inner: Mutex::new(Inner {
+                free,
+                quarantine: Vec::new(),
+            }),
+        }
+    }
+
+    /// Take a free slot from the first tier of `order` that has one.
+    pub fn alloc(&self, order: &[Tier]) -> Option<Loc> {
+        let mut inner = self.inner.lock();
+        order.iter().find_map(|&tier| {
+            inner.free[tier.index()]
+                .pop()
+                .map(|slot| Loc { tier, slot })
+        })
+    }
+
+    /// Return a slot that was never recorded as mapped: reusable at once.
+    pub fn free_now(&self, loc: Loc) {
+        self.inner.lock().free[loc.tier.index()].push(loc.slot);
+    }
+
+    /// Return a slot whose unmapping is not yet durable.
+    pub fn free_deferred(&self, loc: Loc) {
+        self.inner.lock().quarantine.push(loc);
+    }
+
+    /// Take the quarantined slots (at the start of a flush).
+    pub fn take_quarantine(&self) -> Vec<Loc> {
+        std::mem::take(&mut self.inner.lock().quarantine)
+    }
+
+    /// Make slots taken by [`Allocator::take_quarantine`] free (the flush
+    /// succeeded), or put them back in quarantine (`durable == false`).
+    pub fn settle(&self, locs: Vec<Loc>, durable: bool) {
+        let mut inner = self.inner.lock();
+        if durable {
+            for loc in locs {
+                inner.free[loc.tier.index()].push(loc.slot);
+            }
+        } else {
+            inner.quarantine.extend(locs);
+        }
+    }
+
+    /// Free slots on a tier (not counting quarantine).
+    pub fn free_count(&self, tier: Tier) -> u32 {
+        self.inner.lock().free[tier.index()].len() as u32
+    }
+
+    /// Slots in quarantine.
+    pub fn quarantined(&self) -> u32 {
+        self.inner.lock().quarantine.len() as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocates_preferred_tier_lowest_first_and_quarantines() {
+        let used = [Loc { tier: Tier::Ssd, slot: 0 }];
+        let a = Allocator::new([2, 3], used.into_iter());
+        assert_eq!(a.free_count(Tier::Ssd), 1);
+        let order = [Tier::Ssd, Tier::Hdd];
+        assert_eq!(a.alloc(&order), Some(Loc { tier: Tier::Ssd, slot: 1 }));
+        assert_eq!(a.alloc(&order), Some(Loc { tier: Tier::Hdd, slot: 0 }));
+        a.free_deferred(Loc { tier: Tier::Ssd, slot: 1 });
+        assert_eq!(a.alloc(&[Tier::Ssd]), None);
+        let q = a.take_quarantine();
+        a.settle(q, false);
+        assert_eq!(a.quarantined(), 1);
+        let q = a.take_quarantine();
+        a.settle(q, true);
+        assert_eq!(a.alloc(&[Tier::Ssd]), Some(Loc { tier: Tier::Ssd, slot: 1 }));
+    }
+}

@@ -1,0 +1,421 @@
+//! The volume's I/O paths: read, write, discard/zero, flush and allocation
+//! status, split per extent and served under that extent's lock.
+//!
+//! Locking: plain I/O to blocks that already hold data takes the extent's
+//! read lock, so requests to one extent run in parallel. Anything that
+//! changes the extent's mapping or written-block bitmap (first write to a
+//! block, allocation, discard) takes the write lock, so the zero padding of a
+//! partly written 4 KiB block never races another write to that block.
+
+use std::sync::atomic::Ordering;
+
+use super::extent::{Loc, Mapping, Written};
+use super::geometry::{Tier, BLOCK_SIZE};
+use super::{io_err, Volume, VolumeError, VolumeResult};
+use crate::nbd::{Export, ExportError, StatusRun};
+
+/// One extent's share of a request.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    /// Logical extent index.
+    extent: u64,
+    /// Offset inside the extent.
+    start: u64,
+    /// Bytes.
+    len: u64,
+    /// Offset inside the request.
+    at: u64,
+}
+
+impl Volume {
+    fn check(&self, offset: u64, len: u64) -> VolumeResult<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size() => Ok(()),
+            _ => Err(VolumeError::OutOfRange {
+                offset,
+                len,
+                size: self.size(),
+            }),
+        }
+    }
+
+    fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = Piece> {
+        let es = self.geo.extent_size;
+        let end = offset + len;
+        let mut pos = offset;
+        std::iter::from_fn(move || {
+            if pos >= end {
+                return None;
+            }
+            let start = pos % es;
+            let n = (es - start).min(end - pos);
+            let p = Piece {
+                extent: pos / es,
+                start,
+                len: n,
+                at: pos - offset,
+            };
+            pos += n;
+            Some(p)
+        })
+    }
+
+    fn slot_lock(&self, extent: u64) -> &parking_lot::RwLock<Option<Mapping>> {
+        // Callers only pass extents of checked ranges.
+        &self.map[extent as usize]
+    }
+
+    /// Read `buf.len()` bytes at `offset`. Unmapped space and unwritten
+    /// blocks read as zeros without touching a device.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> VolumeResult<()> {
+        self.check(offset, buf.len() as u64)?;
+        for p in self.pieces(offset, buf.len() as u64) {
+            let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
+            let guard = self.slot_lock(p.extent).read();
+            let Some(m) = guard.as_ref() else {
+                dst.fill(0);
+                continue;
+            };
+            let dev = self.devices.get(m.loc.tier);
+            let base = self.geo.slot_offset(m.loc.slot);
+            if let Written::Full = m.written {
+                dev.read_at(dst, base + p.start).map_err(io_err(dev.as_ref()))?;
+                continue;
+            }
+            let (first, last) = block_span(p.start, p.len);
+            for (b, n, written) in m.written.runs(first, last) {
+                let lo = (u64::from(b) * BLOCK_SIZE).max(p.start);
+                let hi = (u64::from(b + n) * BLOCK_SIZE).min(p.start + p.len);
+                let part = &mut dst[(lo - p.start) as usize..(hi - p.start) as usize];
+                if written {
+                    dev.read_at(part, base + lo).map_err(io_err(dev.as_ref()))?;
+                } else {
+                    part.fill(0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Write `data` at `offset`; with `fua`, durable before returning.
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> VolumeResult<()> {
+        self.check(offset, data.len() as u64)?;
+        for p in self.pieces(offset, data.len() as u64) {
+            self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize])?;
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn write_piece(&self, p: Piece, data: &[u8]) -> VolumeResult<()> {
+        let (first, last) = block_span(p.start, p.len);
+        {
+            // Fast path: every block already holds data.
+            let guard = self.slot_lock(p.extent).read();
+            if let Some(m) = guard.as_ref() {
+                if m.written.all(first, last) {
+                    return self.device_write(m.loc, p.start, data);
+                }
+            }
+        }
+        let mut guard = self.slot_lock(p.extent).write();
+        let (mut m, fresh) = match guard.take() {
+            Some(m) => (m, false),
+            None => {
+                let loc = self.allocate()?;
+                let written = Written::empty(self.geo.blocks_per_extent());
+                (Mapping { loc, written }, true)
+            }
+        };
+        // Blocks written for the first time are padded with zeros so their
+        // unwritten bytes keep reading as zeros.
+        let end = p.start + p.len;
+        let head = if m.written.get(first) { 0 } else { p.start % BLOCK_SIZE };
+        let tail = if m.written.get(last) || end % BLOCK_SIZE == 0 {
+            0
+        } else {
+            BLOCK_SIZE - end % BLOCK_SIZE
+        };
+        let result = if head == 0 && tail == 0 {
+            self.device_write(m.loc, p.start, data)
+        } else {
+            let mut buf = vec![0u8; (head + p.len + tail) as usize];
+            buf[head as usize..(head + p.len) as usize].copy_from_slice(data);
+            self.device_write(m.loc, p.start - head, &buf)
+        };
+        if let Err(e) = result {
+            if fresh {
+                self.alloc.free_now(m.loc);
+            } else {
+                *guard = Some(m);
+            }
+            return Err(e);
+        }
+        if m.written.all(first, last) {
+            *guard = Some(m);
+            return Ok(());
+        }
+        let before = m.written.clone();
+        m.written
+            .set_range(first, last, true, self.geo.blocks_per_extent());
+        if let Err(e) = self.store.put_extent(p.extent, &m.encode()) {
+            if fresh {
+                self.alloc.free_now(m.loc);
+            } else {
+                m.written = before;
+                *guard = Some(m);
+            }
+            return Err(e.into());
+        }
+        self.meta_dirty.store(true, Ordering::Release);
+        *guard = Some(m);
+        Ok(())
+    }
+
+    fn device_write(&self, loc: Loc, start: u64, data: &[u8]) -> VolumeResult<()> {
+        let dev = self.devices.get(loc.tier);
+        dev.write_at(data, self.geo.slot_offset(loc.slot) + start)
+            .map_err(io_err(dev.as_ref()))?;
+        self.dirty[loc.tier.index()].store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// A free slot: on the SSD while it has one (the reserve exists to take
+    /// exactly these writes), else on the HDD.
+    fn allocate(&self) -> VolumeResult<Loc> {
+        const ORDER: [Tier; 2] = [Tier::Ssd, Tier::Hdd];
+        if let Some(loc) = self.alloc.alloc(&ORDER) {
+            return Ok(loc);
+        }
+        if self.alloc.quarantined() > 0 {
+            // Freed slots become reusable once their unmapping is durable.
+            self.flush()?;
+            if let Some(loc) = self.alloc.alloc(&ORDER) {
+                return Ok(loc);
+            }
+        }
+        Err(VolumeError::NoSpace)
+    }
+
+    /// Discard (`zero == false`) or zero (`zero == true`) a range. Whole
+    /// extents are unmapped unless `keep_allocated`; whole blocks are marked
+    /// unwritten (they read as zeros); partial blocks are overwritten with
+    /// zeros when zeroing. Never slow: at most two partial blocks per extent
+    /// are written.
+    pub fn discard(
+        &self,
+        offset: u64,
+        len: u64,
+        zero: bool,
+        keep_allocated: bool,
+        fua: bool,
+    ) -> VolumeResult<()> {
+        self.check(offset, len)?;
+        for p in self.pieces(offset, len) {
+            self.discard_piece(p, zero, keep_allocated)?;
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn discard_piece(&self, p: Piece, zero: bool, keep_allocated: bool) -> VolumeResult<()> {
+        let mut guard = self.slot_lock(p.extent).write();
+        let Some(mut m) = guard.take() else {
+            return Ok(());
+        };
+        let whole = p.len == self.geo.extent_size;
+        let blocks = self.geo.blocks_per_extent();
+        let before = m.written.clone();
+        if !(whole && !keep_allocated) {
+            let end = p.start + p.len;
+            let full_first = p.start.div_ceil(BLOCK_SIZE);
+            let full_end = end / BLOCK_SIZE;
+            let head_end = end.min(full_first * BLOCK_SIZE);
+            let tail_start = head_end.max(full_end * BLOCK_SIZE);
+            for (lo, hi) in [(p.start, head_end), (tail_start, end)] {
+                let block = (lo / BLOCK_SIZE) as u32;
+                if zero && lo < hi && m.written.get(block) {
+                    let zeros = vec![0u8; (hi - lo) as usize];
+                    if let Err(e) = self.device_write(m.loc, lo, &zeros) {
+                        *guard = Some(m);
+                        return Err(e);
+                    }
+                }
+            }
+            if full_first < full_end {
+                m.written
+                    .set_range(full_first as u32, (full_end - 1) as u32, false, blocks);
+            }
+        }
+        let unmap = !keep_allocated && (whole || m.written.is_empty());
+        let stored = if unmap {
+            self.store.remove_extent(p.extent)
+        } else if m.written != before {
+            self.store.put_extent(p.extent, &m.encode())
+        } else {
+            *guard = Some(m);
+            return Ok(());
+        };
+        if let Err(e) = stored {
+            m.written = before;
+            *guard = Some(m);
+            return Err(e.into());
+        }
+        self.meta_dirty.store(true, Ordering::Release);
+        if unmap {
+            self.alloc.free_deferred(m.loc);
+        } else {
+            *guard = Some(m);
+        }
+        Ok(())
+    }
+
+    /// Make every acknowledged write durable: data on both devices first,
+    /// then the metadata that points at it. Slots freed before the flush
+    /// become reusable after it.
+    pub fn flush(&self) -> VolumeResult<()> {
+        let _serial = self.flush_lock.lock();
+        let quarantine = self.alloc.take_quarantine();
+        let result = self.flush_inner(!quarantine.is_empty());
+        self.alloc.settle(quarantine, result.is_ok());
+        result
+    }
+
+    fn flush_inner(&self, force_meta: bool) -> VolumeResult<()> {
+        for tier in Tier::ALL {
+            if self.dirty[tier.index()].swap(false, Ordering::AcqRel) {
+                let dev = self.devices.get(tier);
+                if let Err(e) = dev.sync() {
+                    self.dirty[tier.index()].store(true, Ordering::Release);
+                    return Err(io_err(dev.as_ref())(e));
+                }
+            }
+        }
+        if self.meta_dirty.swap(false, Ordering::AcqRel) || force_meta {
+            if let Err(e) = self.store.flush() {
+                self.meta_dirty.store(true, Ordering::Release);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Allocation runs from `offset`, covering at most `len` bytes in at most
+    /// `max_runs` runs. Unmapped extents are holes reading as zeros; unwritten
+    /// blocks of mapped extents read as zeros but are allocated.
+    pub fn block_status(
+        &self,
+        offset: u64,
+        len: u64,
+        max_runs: usize,
+    ) -> VolumeResult<Vec<StatusRun>> {
+        self.check(offset, len)?;
+        let max_runs = max_runs.max(1);
+        let mut runs: Vec<StatusRun> = Vec::new();
+        let push = |runs: &mut Vec<StatusRun>, len: u64, hole: bool, zero: bool| -> bool {
+            if let Some(r) = runs.last_mut() {
+                if r.hole == hole && r.zero == zero {
+                    r.len += len;
+                    return true;
+                }
+            }
+            if runs.len() == max_runs {
+                return false;
+            }
+            runs.push(StatusRun { len, hole, zero });
+            true
+        };
+        'outer: for p in self.pieces(offset, len) {
+            let guard = self.slot_lock(p.extent).read();
+            match guard.as_ref() {
+                None => {
+                    if !push(&mut runs, p.len, true, true) {
+                        break;
+                    }
+                }
+                Some(m) => {
+                    let (first, last) = block_span(p.start, p.len);
+                    for (b, n, written) in m.written.runs(first, last) {
+                        let lo = (u64::from(b) * BLOCK_SIZE).max(p.start);
+                        let hi = (u64::from(b + n) * BLOCK_SIZE).min(p.start + p.len);
+                        if !push(&mut runs, hi - lo, false, !written) {
+                            break 'outer;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(runs)
+    }
+}
+
+/// First and last block touched by `len > 0` bytes at `start`.
+fn block_span(start: u64, len: u64) -> (u32, u32) {
+    (
+        (start / BLOCK_SIZE) as u32,
+        ((start + len - 1) / BLOCK_SIZE) as u32,
+    )
+}
+
+impl From<VolumeError> for ExportError {
+    fn from(e: VolumeError) -> Self {
+        match e {
+            VolumeError::OutOfRange { offset, len, .. } => ExportError::OutOfRange { offset, len },
+            VolumeError::NoSpace => ExportError::NoSpace(e.to_string()),
+            VolumeError::Io { source, .. } => ExportError::Io(source),
+            other => ExportError::Io(std::io::Error::other(other.to_string())),
+        }
+    }
+}
+
+impl Export for Volume {
+    fn size(&self) -> u64 {
+        Volume::size(self)
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+        Ok(Volume::read(self, offset, buf)?)
+    }
+
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        Ok(Volume::write(self, offset, data, fua)?)
+    }
+
+    fn flush(&self) -> Result<(), ExportError> {
+        Ok(Volume::flush(self)?)
+    }
+
+    fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), ExportError> {
+        Ok(self.discard(offset, len, false, false, fua)?)
+    }
+
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        no_hole: bool,
+        _fast: bool,
+        fua: bool,
+    ) -> Result<(), ExportError> {
+        // Zeroing is always fast here: metadata plus at most two partial
+        // blocks per extent.
+        Ok(self.discard(offset, len, true, no_hole, fua)?)
+    }
+
+    fn cache(&self, offset: u64, len: u64) -> Result<(), ExportError> {
+        Ok(self.check(offset, len)?)
+    }
+
+    fn block_status(
+        &self,
+        offset: u64,
+        len: u64,
+        max_runs: usize,
+    ) -> Result<Vec<StatusRun>, ExportError> {
+        Ok(Volume::block_status(self, offset, len, max_runs)?)
+    }
+}
