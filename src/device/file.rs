@@ -168,7 +168,7 @@ mod tests {
         assert_eq!(dev.size(), 1 << 20);
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
         dev.write_at(&data, 1234).unwrap();
-        dev.write_at(&data[..4096], 8192).unwrap();
+        dev.write_at(&data[..4096], 16384).unwrap();
         let mut back = vec![0u8; data.len()];
         dev.read_at(&mut back, 1234).unwrap();
         assert_eq!(back, data);
