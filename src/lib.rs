@@ -6,7 +6,9 @@
 //! - [`volume`]: geometry, superblocks, extent map, allocator and the I/O paths.
 //! - [`nbd`]: the NBD protocol codec and the tokio server.
 
+pub mod config;
 pub mod device;
 pub mod nbd;
+pub mod service;
 pub mod store;
 pub mod volume;

@@ -1,1 +1,195 @@
-fn main() {}
+//! `tierd`: the tiered block-storage daemon. Thin: parses flags, loads the
+//! layered configuration and calls the library (`serve`, `format`).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use tierd::config::Config;
+use tierd::service;
+
+#[derive(Parser)]
+#[command(name = "tierd", version, about = "Hybrid SSD+HDD tiered block volume served over NBD")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the volume over NBD (the default). With no devices configured it
+    /// uses image files in the data directory, created and formatted on first start.
+    Serve(Common),
+    /// Format two devices (or the default image files) as a new volume.
+    Format {
+        #[command(flatten)]
+        common: Common,
+        /// Overwrite devices that carry a filesystem, a partition table or a
+        /// tierd superblock, and an existing metadata store.
+        #[arg(long)]
+        force: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Flags shared by every subcommand; each overrides the config file and the
+/// TIERD_* environment.
+#[derive(Args, Default, Clone)]
+struct Common {
+    /// Configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Data directory (default ./tierd-data).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// SSD block device or image file.
+    #[arg(long, value_name = "PATH")]
+    ssd: Option<PathBuf>,
+    /// HDD block device or image file.
+    #[arg(long, value_name = "PATH")]
+    hdd: Option<PathBuf>,
+    /// Metadata directory (default DATA_DIR/meta).
+    #[arg(long, value_name = "DIR")]
+    meta_dir: Option<PathBuf>,
+    /// Size of the SSD image created on first start (default 4GiB).
+    #[arg(long, value_name = "SIZE")]
+    ssd_size: Option<String>,
+    /// Size of the HDD image created on first start (default 32GiB).
+    #[arg(long, value_name = "SIZE")]
+    hdd_size: Option<String>,
+    /// TCP address to listen on (default 127.0.0.1:10809; "" for none).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<String>,
+    /// Unix socket to listen on as well.
+    #[arg(long, value_name = "PATH")]
+    unix: Option<PathBuf>,
+    /// Extent size of a new volume (default 1MiB).
+    #[arg(long, value_name = "SIZE")]
+    extent_size: Option<String>,
+    /// SSD reserve of a new volume (default 4GiB capped at 25 % of the SSD).
+    #[arg(long, value_name = "SIZE")]
+    reserve: Option<String>,
+    /// Open devices with O_DIRECT.
+    #[arg(long)]
+    direct_io: bool,
+    /// Log level when RUST_LOG is unset (error, warn, info, debug, trace).
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+}
+
+impl Common {
+    fn load(&self) -> anyhow::Result<Config> {
+        let mut o: Vec<(&str, String)> = Vec::new();
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        for (k, v) in [
+            ("data-dir", path(&self.data_dir)),
+            ("ssd", path(&self.ssd)),
+            ("hdd", path(&self.hdd)),
+            ("meta-dir", path(&self.meta_dir)),
+            ("ssd-size", self.ssd_size.clone()),
+            ("hdd-size", self.hdd_size.clone()),
+            ("listen", self.listen.clone()),
+            ("unix", path(&self.unix)),
+            ("extent-size", self.extent_size.clone()),
+            ("reserve", self.reserve.clone()),
+            ("log-level", self.log_level.clone()),
+            ("direct-io", self.direct_io.then(|| "true".to_string())),
+        ] {
+            if let Some(v) = v {
+                o.push((k, v));
+            }
+        }
+        let file = self
+            .config
+            .clone()
+            .or_else(|| std::env::var_os("TIERD_CONFIG").map(PathBuf::from));
+        Config::load(file.as_deref(), std::env::vars(), &o).context("loading the configuration")
+    }
+}
+
+fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!("cannot watch SIGTERM ({e}); only SIGINT stops tierd");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Serve(Common::default())) {
+        Command::Serve(common) => {
+            let cfg = common.load()?;
+            init_logging(&cfg.log_level);
+            let (volume, _) = service::prepare(&cfg).context("opening the volume")?;
+            let g = volume.geometry();
+            tracing::info!(
+                volume = %volume.id(),
+                capacity = volume.size(),
+                extent_size = g.extent_size,
+                ssd_slots = g.ssd_slots,
+                hdd_slots = g.hdd_slots,
+                reserve_extents = g.reserve_extents,
+                "volume open"
+            );
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            rt.block_on(service::run(&cfg, volume, shutdown_signal()))
+                .context("serving the volume")?;
+            Ok(())
+        }
+        Command::Format { common, force, json } => {
+            let cfg = common.load()?;
+            init_logging(&cfg.log_level);
+            let geo = service::format(&cfg, force).context("formatting")?;
+            if json {
+                let out = serde_json::json!({
+                    "ssd": cfg.ssd_path(),
+                    "hdd": cfg.hdd_path(),
+                    "meta-dir": cfg.meta_path(),
+                    "extent-size": geo.extent_size,
+                    "ssd-slots": geo.ssd_slots,
+                    "hdd-slots": geo.hdd_slots,
+                    "reserve-extents": geo.reserve_extents,
+                    "capacity": geo.capacity(),
+                });
+                println!("{out}");
+            } else {
+                println!(
+                    "formatted: {} (SSD) + {} (HDD), metadata in {}\n  extent size {} B, {} SSD + {} HDD slots, reserve {} extents\n  capacity {} bytes ({:.2} GiB)",
+                    cfg.ssd_path().display(),
+                    cfg.hdd_path().display(),
+                    cfg.meta_path().display(),
+                    geo.extent_size,
+                    geo.ssd_slots,
+                    geo.hdd_slots,
+                    geo.reserve_extents,
+                    geo.capacity(),
+                    geo.capacity() as f64 / (1u64 << 30) as f64
+                );
+            }
+            Ok(())
+        }
+    }
+}

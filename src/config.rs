@@ -1,0 +1,341 @@
+//! The daemon configuration: one serde struct with kebab-case keys and
+//! documented defaults, layered by the `config` crate: built-in defaults <
+//! config file < `TIERD_*` environment < command-line flags, then validated.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::volume::{MAX_EXTENT_SIZE, MIN_EXTENT_SIZE};
+
+/// A byte count written as a number or with a unit (`4GiB`, `512k`, `1 MiB`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+/// Why a size does not parse.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid size {0:?}: use a number of bytes or a unit such as 64KiB, 1MiB, 4GiB, 1TiB")]
+pub struct SizeError(pub String);
+
+impl ByteSize {
+    /// Parse `123`, `64KiB`, `64K`, `64kb`, `1.5GiB` (binary units throughout).
+    pub fn parse(s: &str) -> Result<Self, SizeError> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let unit = unit.trim().to_ascii_lowercase();
+        let mult: u64 = match unit.as_str() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            "g" | "gb" | "gib" => 1 << 30,
+            "t" | "tb" | "tib" => 1 << 40,
+            _ => return Err(SizeError(s.to_string())),
+        };
+        let err = || SizeError(s.to_string());
+        if num.is_empty() {
+            return Err(err());
+        }
+        if let Ok(n) = num.parse::<u64>() {
+            return n.checked_mul(mult).map(ByteSize).ok_or_else(err);
+        }
+        let f: f64 = num.parse().map_err(|_| err())?;
+        let v = f * mult as f64;
+        if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 || v.fract() != 0.0 {
+            return Err(err());
+        }
+        Ok(ByteSize(v as u64))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
+        for (name, shift) in UNITS {
+            if self.0 >= 1 << shift && self.0 % (1 << shift) == 0 {
+                return write!(f, "{}{}", self.0 >> shift, name);
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::str::FromStr for ByteSize {
+    type Err = SizeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ByteSize::parse(s)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(ByteSize(n)),
+            Raw::S(s) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Everything `tierd serve` and `tierd format` are configured with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct Config {
+    /// Directory for the default image files, the metadata store and the
+    /// control socket. Default `./tierd-data`.
+    pub data_dir: PathBuf,
+    /// The SSD: a block device or image file. Default `<data-dir>/ssd.img`.
+    pub ssd: Option<PathBuf>,
+    /// The HDD: a block device or image file. Default `<data-dir>/hdd.img`.
+    pub hdd: Option<PathBuf>,
+    /// The sled metadata directory. Default `<data-dir>/meta`.
+    pub meta_dir: Option<PathBuf>,
+    /// Size of the SSD image created on first start. Default `4GiB`.
+    pub ssd_size: ByteSize,
+    /// Size of the HDD image created on first start. Default `32GiB`.
+    pub hdd_size: ByteSize,
+    /// TCP address to serve NBD on; empty to serve on the Unix socket only.
+    /// Default `127.0.0.1:10809`.
+    pub listen: String,
+    /// Unix socket to serve NBD on as well. Default none.
+    pub unix: Option<PathBuf>,
+    /// Extent size for a new volume. Default `1MiB`.
+    pub extent_size: ByteSize,
+    /// SSD space kept free for new writes, for a new volume.
+    /// Default 4GiB capped at 25 % of the SSD.
+    pub reserve: Option<ByteSize>,
+    /// Open devices with O_DIRECT (bypass the page cache). Default false.
+    pub direct_io: bool,
+    /// Name of the export. Default "" (the default export).
+    pub export_name: String,
+    /// Log filter when RUST_LOG is unset. Default `info`.
+    pub log_level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("tierd-data"),
+            ssd: None,
+            hdd: None,
+            meta_dir: None,
+            ssd_size: ByteSize(4 << 30),
+            hdd_size: ByteSize(32 << 30),
+            listen: "127.0.0.1:10809".to_string(),
+            unix: None,
+            extent_size: ByteSize(1 << 20),
+            reserve: None,
+            direct_io: false,
+            export_name: String::new(),
+            log_level: "info".to_string(),
+        }
+    }
+}
+
+/// Why a configuration does not load.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or a value does not parse.
+    #[error("configuration: {0}")]
+    Load(#[from] config::ConfigError),
+    /// A value parses but is not acceptable.
+    #[error("configuration key `{key}`: {problem}")]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// Keys settable from `TIERD_<KEY>` (upper case, `-` as `_`).
+pub const KEYS: [&str; 13] = [
+    "data-dir",
+    "ssd",
+    "hdd",
+    "meta-dir",
+    "ssd-size",
+    "hdd-size",
+    "listen",
+    "unix",
+    "extent-size",
+    "reserve",
+    "direct-io",
+    "export-name",
+    "log-level",
+];
+
+impl Config {
+    /// Load: defaults < `file` (if any) < `TIERD_*` variables from `env` <
+    /// `overrides` (key, value) from flags; then validate.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: &[(&str, String)],
+    ) -> Result<Self, ConfigError> {
+        let mut b = config::Config::builder()
+            .add_source(config::Config::try_from(&Config::default())?);
+        if let Some(f) = file {
+            b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
+        }
+        for (k, v) in env {
+            if let Some(rest) = k.strip_prefix("TIERD_") {
+                let key = rest.to_ascii_lowercase().replace('_', "-");
+                if KEYS.contains(&key.as_str()) {
+                    b = b.set_override(key, v)?;
+                }
+            }
+        }
+        for (k, v) in overrides {
+            b = b.set_override(*k, v.clone())?;
+        }
+        let cfg: Config = b.build()?.try_deserialize()?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Check values that parse but make no sense.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let es = self.extent_size.0;
+        if !es.is_power_of_two() || !(MIN_EXTENT_SIZE..=MAX_EXTENT_SIZE).contains(&es) {
+            return Err(ConfigError::Invalid {
+                key: "extent-size",
+                problem: format!("{} must be a power of two from 64KiB to 64MiB", self.extent_size),
+            });
+        }
+        if !self.listen.is_empty() && self.listen.parse::<SocketAddr>().is_err() {
+            return Err(ConfigError::Invalid {
+                key: "listen",
+                problem: format!("{:?} is not HOST:PORT (for example 127.0.0.1:10809)", self.listen),
+            });
+        }
+        if self.listen.is_empty() && self.unix.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "listen",
+                problem: "empty, and no unix socket is set: nothing to serve on".into(),
+            });
+        }
+        for (key, v) in [("ssd-size", self.ssd_size), ("hdd-size", self.hdd_size)] {
+            if v.0 < 8 << 20 {
+                return Err(ConfigError::Invalid {
+                    key,
+                    problem: format!("{v} is too small (at least 8MiB)"),
+                });
+            }
+        }
+        if tracing_level_ok(&self.log_level).is_err() {
+            return Err(ConfigError::Invalid {
+                key: "log-level",
+                problem: format!("{:?}: use error, warn, info, debug or trace", self.log_level),
+            });
+        }
+        Ok(())
+    }
+
+    /// The SSD path.
+    pub fn ssd_path(&self) -> PathBuf {
+        self.ssd.clone().unwrap_or_else(|| self.data_dir.join("ssd.img"))
+    }
+
+    /// The HDD path.
+    pub fn hdd_path(&self) -> PathBuf {
+        self.hdd.clone().unwrap_or_else(|| self.data_dir.join("hdd.img"))
+    }
+
+    /// The metadata directory.
+    pub fn meta_path(&self) -> PathBuf {
+        self.meta_dir.clone().unwrap_or_else(|| self.data_dir.join("meta"))
+    }
+
+    /// Whether both devices are the embedded default image files.
+    pub fn uses_default_images(&self) -> bool {
+        self.ssd.is_none() && self.hdd.is_none()
+    }
+}
+
+fn tracing_level_ok(s: &str) -> Result<(), ()> {
+    match s.to_ascii_lowercase().as_str() {
+        "error" | "warn" | "info" | "debug" | "trace" | "off" => Ok(()),
+        _ => Err(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_print() {
+        assert_eq!(ByteSize::parse("4GiB"), Ok(ByteSize(4 << 30)));
+        assert_eq!(ByteSize::parse("64k"), Ok(ByteSize(64 << 10)));
+        assert_eq!(ByteSize::parse(" 1 MiB "), Ok(ByteSize(1 << 20)));
+        assert_eq!(ByteSize::parse("1.5GiB"), Ok(ByteSize(3 << 29)));
+        assert_eq!(ByteSize::parse("12345"), Ok(ByteSize(12345)));
+        assert!(ByteSize::parse("4 parsecs").is_err());
+        assert!(ByteSize::parse("").is_err());
+        assert!(ByteSize::parse("GiB").is_err());
+        assert!(ByteSize::parse("99999999999TiB").is_err());
+        assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tierd.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:1\"\nextent-size = \"2MiB\"\nssd-size = \"1GiB\"\n",
+        )
+        .unwrap();
+        let d = Config::load(None, env(&[]), &[]).unwrap();
+        assert_eq!(d, Config::default());
+        let c = Config::load(
+            Some(&file),
+            env(&[("TIERD_LISTEN", "127.0.0.1:2"), ("TIERD_EXTENT_SIZE", "4MiB"), ("TIERD_UNRELATED", "x")]),
+            &[("listen", "127.0.0.1:3".into())],
+        )
+        .unwrap();
+        assert_eq!(c.listen, "127.0.0.1:3");
+        assert_eq!(c.extent_size, ByteSize(4 << 20));
+        assert_eq!(c.ssd_size, ByteSize(1 << 30));
+        assert_eq!(c.hdd_size, ByteSize(32 << 30));
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let e = Config::load(None, env(&[("TIERD_EXTENT_SIZE", "3MiB")]), &[]).unwrap_err();
+        assert!(e.to_string().contains("extent-size"), "{e}");
+        let e = Config::load(None, env(&[]), &[("listen", "nowhere".into())]).unwrap_err();
+        assert!(e.to_string().contains("listen"), "{e}");
+        let e = Config::load(None, env(&[("TIERD_SSD_SIZE", "lots")]), &[]).unwrap_err();
+        assert!(e.to_string().contains("lots"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, "no-such-key = 1\n").unwrap();
+        let e = Config::load(Some(&file), env(&[]), &[]).unwrap_err();
+        assert!(e.to_string().contains("no-such-key"), "{e}");
+    }
+}
