@@ -1,0 +1,1227 @@
+//! The tokio NBD server: accepting connections, the fixed-newstyle handshake,
+//! and the transmission phase for one [`Export`].
+//!
+//! Per connection, after the handshake, one reader (the connection task
+//! itself) reads request headers and write payloads in order and validates
+//! them; each valid request then runs on its own task, calling the export on
+//! a blocking thread, and hands its encoded reply to one writer task through
+//! a channel. Replies therefore complete out of order but never interleave on
+//! the socket. Two semaphores bound what a connection may have in flight: a
+//! count of requests and a byte budget for read and write buffers; a permit
+//! lives until its reply has been written.
+//!
+//! Shutdown (of an accept loop, or of one stream): stop accepting, stop
+//! reading new requests, let in-flight requests finish and their replies be
+//! written, then close. Handshakes still in progress are dropped.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tracing::{debug, warn, Instrument};
+
+use super::export::{Export, ExportError, StatusRun};
+use super::proto::{self, Descriptor, OptionHeader, Request};
+
+/// Options longer than [`proto::MAX_OPTION_LEN`] but at most this long are
+/// read, discarded and refused with `NBD_REP_ERR_TOO_BIG`; longer ones end
+/// the connection.
+const OPTION_DISCARD_LIMIT: u32 = 1024 * 1024;
+/// Most descriptors sent in one `base:allocation` chunk.
+const MAX_DESCRIPTORS: usize = 16 * 1024;
+/// Context id of `base:allocation` after `NBD_OPT_SET_META_CONTEXT`.
+const BASE_ALLOCATION_ID: u32 = 1;
+/// Bytes accounted to every in-flight request besides its data buffer.
+const REQUEST_OVERHEAD: u32 = 256;
+/// Preferred block size advertised in `NBD_INFO_BLOCK_SIZE`.
+const PREFERRED_BLOCK: u32 = 4096;
+/// Scratch buffer size used to discard unwanted payloads.
+const DISCARD_CHUNK: usize = 64 * 1024;
+
+/// How a [`Server`] serves its export.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Name of the export; the empty name always selects it too.
+    pub export_name: String,
+    /// Human-readable description (`NBD_INFO_DESCRIPTION`, `NBD_OPT_LIST`).
+    pub description: String,
+    /// Refuse writes with `EPERM` and advertise `NBD_FLAG_READ_ONLY`.
+    pub read_only: bool,
+    /// Largest READ/WRITE payload accepted (also the advertised maximum).
+    pub max_request: u32,
+    /// Time allowed from connection to the start of transmission.
+    pub handshake_timeout: Duration,
+    /// Connections served at once by an accept loop; more wait in the backlog.
+    pub max_connections: usize,
+    /// Requests in flight per connection.
+    pub max_in_flight: usize,
+    /// Bytes of request/reply data in flight per connection (raised to at
+    /// least `max_request` so that one maximal request always fits).
+    pub max_in_flight_bytes: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            export_name: String::new(),
+            description: String::new(),
+            read_only: false,
+            max_request: 32 * 1024 * 1024,
+            handshake_timeout: Duration::from_secs(30),
+            max_connections: 256,
+            max_in_flight: 64,
+            max_in_flight_bytes: 128 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why a connection ended abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    /// The socket failed (including the client closing mid-message).
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+    /// The client broke the protocol in a way that ends the session.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The handshake did not finish within [`ServerOptions::handshake_timeout`].
+    #[error("handshake timed out")]
+    HandshakeTimeout,
+}
+
+/// An NBD server for one export. Cheap to clone.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    export: Arc<dyn Export>,
+    opts: ServerOptions,
+    connections: Arc<Semaphore>,
+}
+
+/// What the handshake settled for the transmission phase.
+#[derive(Debug, Clone, Copy)]
+struct Session {
+    structured: bool,
+    base_allocation: bool,
+    size: u64,
+}
+
+/// Handshake state carried between options.
+#[derive(Debug, Default)]
+struct Haggle {
+    structured: bool,
+    base_allocation: bool,
+}
+
+/// One encoded reply on its way to the writer, with the permits it holds.
+struct Outgoing {
+    head: Vec<u8>,
+    data: Option<Vec<u8>>,
+    _permits: Permits,
+}
+
+struct Permits {
+    _count: OwnedSemaphorePermit,
+    _bytes: OwnedSemaphorePermit,
+}
+
+/// A validated request ready to run against the export.
+enum Op {
+    Read {
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        offset: u64,
+        data: Vec<u8>,
+        fua: bool,
+    },
+    Flush,
+    Trim {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Cache {
+        offset: u64,
+        len: u32,
+    },
+    WriteZeroes {
+        offset: u64,
+        len: u32,
+        no_hole: bool,
+        fast: bool,
+        fua: bool,
+    },
+    BlockStatus {
+        offset: u64,
+        len: u32,
+        req_one: bool,
+    },
+}
+
+enum OpOutput {
+    Done,
+    Data { offset: u64, data: Vec<u8> },
+    Status(Vec<Descriptor>),
+}
+
+/// A request refused before it reaches the export.
+struct Refusal {
+    errno: u32,
+    msg: &'static str,
+}
+
+fn refuse(errno: u32, msg: &'static str) -> Refusal {
+    Refusal { errno, msg }
+}
+
+impl Server {
+    /// A server for `export` with `options`.
+    pub fn new(export: Arc<dyn Export>, options: ServerOptions) -> Server {
+        let connections = Arc::new(Semaphore::new(options.max_connections.max(1)));
+        Server {
+            inner: Arc::new(Inner {
+                export,
+                opts: options,
+                connections,
+            }),
+        }
+    }
+
+    /// The options this server was built with.
+    pub fn options(&self) -> &ServerOptions {
+        &self.inner.opts
+    }
+
+    /// Accept TCP connections (with `TCP_NODELAY`) until `shutdown` completes,
+    /// then stop every connection gracefully and return once all are closed.
+    pub async fn serve_tcp(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<()> {
+        let accept = || async {
+            let (stream, peer) = listener.accept().await?;
+            if let Err(e) = stream.set_nodelay(true) {
+                warn!(%peer, "cannot set TCP_NODELAY: {e}");
+            }
+            Ok((stream, peer.to_string()))
+        };
+        self.accept_loop(accept, shutdown).await
+    }
+
+    /// Accept Unix-socket connections until `shutdown` completes; see
+    /// [`Server::serve_tcp`].
+    pub async fn serve_unix(
+        &self,
+        listener: UnixListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<()> {
+        let accept = || async {
+            let (stream, peer) = listener.accept().await?;
+            let peer = match peer.as_pathname() {
+                Some(p) => p.display().to_string(),
+                None => "unix".to_owned(),
+            };
+            Ok((stream, peer))
+        };
+        self.accept_loop(accept, shutdown).await
+    }
+
+    /// Serve one already-connected stream until the client disconnects.
+    /// Does not count against [`ServerOptions::max_connections`].
+    pub async fn serve_stream<S>(&self, stream: S) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        self.serve_stream_until(stream, std::future::pending())
+            .await
+    }
+
+    /// Serve one already-connected stream until the client disconnects or
+    /// `shutdown` completes (then in-flight requests finish and are answered).
+    pub async fn serve_stream_until<S>(
+        &self,
+        stream: S,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let conn = self.run_connection(stream, stop_rx);
+        tokio::pin!(conn);
+        tokio::pin!(shutdown);
+        tokio::select! {
+            r = &mut conn => return r,
+            () = &mut shutdown => {
+                let _ = stop_tx.send(true);
+            }
+        }
+        conn.await
+    }
+
+    async fn accept_loop<S, A, F>(
+        &self,
+        mut accept: A,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+        A: FnMut() -> F,
+        F: Future<Output = io::Result<(S, String)>>,
+    {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut tasks = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            while let Some(done) = tasks.try_join_next() {
+                if let Err(e) = done {
+                    warn!("NBD connection task failed: {e}");
+                }
+            }
+            let permit = tokio::select! {
+                () = &mut shutdown => break,
+                p = self.inner.connections.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let (stream, peer) = tokio::select! {
+                () = &mut shutdown => break,
+                r = accept() => match r {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        warn!("NBD accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let server = self.clone();
+            let stop = stop_rx.clone();
+            let span = tracing::debug_span!("nbd", peer = %peer);
+            tasks.spawn(
+                async move {
+                    let _permit = permit;
+                    debug!("connection accepted");
+                    match server.run_connection(stream, stop).await {
+                        Ok(()) => debug!("connection closed"),
+                        Err(ConnectionError::Protocol(e)) => warn!("connection dropped: {e}"),
+                        Err(e) => debug!("connection ended: {e}"),
+                    }
+                }
+                .instrument(span),
+            );
+        }
+        debug!(
+            "NBD server stopping; waiting for {} connections",
+            tasks.len()
+        );
+        let _ = stop_tx.send(true);
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done {
+                warn!("NBD connection task failed: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    async fn run_connection<S>(
+        &self,
+        mut stream: S,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let timeout = self.inner.opts.handshake_timeout;
+        let session = tokio::select! {
+            r = tokio::time::timeout(timeout, self.handshake(&mut stream)) => match r {
+                Err(_) => return Err(ConnectionError::HandshakeTimeout),
+                Ok(r) => r?,
+            },
+            () = wait_stop(&mut stop) => {
+                debug!("shutdown during handshake");
+                return Ok(());
+            }
+        };
+        let Some(session) = session else {
+            debug!("client aborted the handshake");
+            return Ok(());
+        };
+        debug!(
+            structured = session.structured,
+            base_allocation = session.base_allocation,
+            "transmission phase"
+        );
+        self.transmission(stream, session, stop).await
+    }
+
+    fn export_matches(&self, name: &str) -> bool {
+        name.is_empty() || name == self.inner.opts.export_name
+    }
+
+    fn transmission_flags(&self, structured: bool) -> u16 {
+        let mut flags = proto::FLAG_HAS_FLAGS
+            | proto::FLAG_SEND_FLUSH
+            | proto::FLAG_SEND_FUA
+            | proto::FLAG_SEND_TRIM
+            | proto::FLAG_SEND_WRITE_ZEROES
+            | proto::FLAG_SEND_FAST_ZERO
+            | proto::FLAG_SEND_CACHE
+            | proto::FLAG_CAN_MULTI_CONN;
+        if structured {
+            flags |= proto::FLAG_SEND_DF;
+        }
+        if self.inner.opts.read_only {
+            flags |= proto::FLAG_READ_ONLY;
+        }
+        flags
+    }
+
+    /// Run the handshake. `Ok(None)`: the client aborted.
+    async fn handshake<S>(&self, s: &mut S) -> Result<Option<Session>, ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let greeting =
+            proto::encode_server_greeting(proto::FLAG_FIXED_NEWSTYLE | proto::FLAG_NO_ZEROES);
+        send(s, &greeting).await?;
+        let client_flags = s.read_u32().await?;
+        if client_flags & !proto::KNOWN_CLIENT_FLAGS != 0 {
+            return Err(ConnectionError::Protocol(format!(
+                "unknown client flags {client_flags:#x}"
+            )));
+        }
+        let no_zeroes = client_flags & proto::FLAG_C_NO_ZEROES != 0;
+        let mut st = Haggle::default();
+        loop {
+            let mut hdr = [0u8; proto::OPTION_HEADER_LEN];
+            s.read_exact(&mut hdr).await?;
+            let h = proto::parse_option_header(&hdr)
+                .map_err(|e| ConnectionError::Protocol(format!("option header: {e}")))?;
+            if h.len > proto::MAX_OPTION_LEN {
+                if h.option == proto::OPT_EXPORT_NAME || h.len > OPTION_DISCARD_LIMIT {
+                    return Err(ConnectionError::Protocol(format!(
+                        "option {} of {} bytes is too long",
+                        h.option, h.len
+                    )));
+                }
+                warn!(option = h.option, len = h.len, "option too long; refused");
+                discard(s, u64::from(h.len)).await?;
+                let mut out = Vec::new();
+                reply_err(
+                    &mut out,
+                    h.option,
+                    proto::REP_ERR_TOO_BIG,
+                    "option too long",
+                );
+                send(s, &out).await?;
+                continue;
+            }
+            // Bounded by MAX_OPTION_LEN above.
+            let mut payload = vec![0u8; h.len as usize];
+            s.read_exact(&mut payload).await?;
+            let mut out = Vec::new();
+            let step = self.option(&h, &payload, &mut st, &mut out);
+            match step {
+                Step::Continue => send(s, &out).await?,
+                Step::Abort => {
+                    // The client may already have gone; that is fine.
+                    let _ = send(s, &out).await;
+                    return Ok(None);
+                }
+                Step::Transmit => {
+                    if h.option == proto::OPT_EXPORT_NAME {
+                        let flags = self.transmission_flags(st.structured);
+                        out.extend_from_slice(&proto::encode_export_name_reply(
+                            self.inner.export.size(),
+                            flags,
+                            no_zeroes,
+                        ));
+                    }
+                    send(s, &out).await?;
+                    return Ok(Some(Session {
+                        structured: st.structured,
+                        base_allocation: st.base_allocation,
+                        size: self.inner.export.size(),
+                    }));
+                }
+                Step::Close(why) => {
+                    return Err(ConnectionError::Protocol(why));
+                }
+            }
+        }
+    }
+
+    /// Answer one option into `out`.
+    fn option(&self, h: &OptionHeader, payload: &[u8], st: &mut Haggle, out: &mut Vec<u8>) -> Step {
+        let opt = h.option;
+        match opt {
+            proto::OPT_EXPORT_NAME => match proto::parse_string(payload) {
+                Ok(name) if self.export_matches(&name) => Step::Transmit,
+                Ok(name) => Step::Close(format!("unknown export {name:?}")),
+                Err(e) => Step::Close(format!("bad export name: {e}")),
+            },
+            proto::OPT_ABORT => {
+                proto::encode_option_reply(out, opt, proto::REP_ACK, &[]);
+                Step::Abort
+            }
+            proto::OPT_LIST => {
+                if !payload.is_empty() {
+                    reply_err(out, opt, proto::REP_ERR_INVALID, "LIST takes no data");
+                    return Step::Continue;
+                }
+                let opts = &self.inner.opts;
+                let server = proto::encode_rep_server(&opts.export_name, &opts.description);
+                proto::encode_option_reply(out, opt, proto::REP_SERVER, &server);
+                if !opts.export_name.is_empty() {
+                    let default = proto::encode_rep_server("", &opts.description);
+                    proto::encode_option_reply(out, opt, proto::REP_SERVER, &default);
+                }
+                proto::encode_option_reply(out, opt, proto::REP_ACK, &[]);
+                Step::Continue
+            }
+            proto::OPT_INFO | proto::OPT_GO => self.info_or_go(opt, payload, st, out),
+            proto::OPT_STRUCTURED_REPLY => {
+                if payload.is_empty() {
+                    st.structured = true;
+                    proto::encode_option_reply(out, opt, proto::REP_ACK, &[]);
+                } else {
+                    reply_err(
+                        out,
+                        opt,
+                        proto::REP_ERR_INVALID,
+                        "STRUCTURED_REPLY takes no data",
+                    );
+                }
+                Step::Continue
+            }
+            proto::OPT_LIST_META_CONTEXT | proto::OPT_SET_META_CONTEXT => {
+                self.meta_context(opt, payload, st, out);
+                Step::Continue
+            }
+            proto::OPT_STARTTLS => {
+                reply_err(out, opt, proto::REP_ERR_UNSUP, "TLS is not supported");
+                Step::Continue
+            }
+            proto::OPT_EXTENDED_HEADERS => {
+                reply_err(
+                    out,
+                    opt,
+                    proto::REP_ERR_UNSUP,
+                    "extended headers are not supported",
+                );
+                Step::Continue
+            }
+            _ => {
+                debug!(option = opt, "unsupported option");
+                reply_err(out, opt, proto::REP_ERR_UNSUP, "unsupported option");
+                Step::Continue
+            }
+        }
+    }
+
+    fn info_or_go(&self, opt: u32, payload: &[u8], st: &Haggle, out: &mut Vec<u8>) -> Step {
+        let req = match proto::parse_info_request(payload) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!("malformed INFO/GO: {e}");
+                reply_err(out, opt, proto::REP_ERR_INVALID, &e.to_string());
+                return Step::Continue;
+            }
+        };
+        if !self.export_matches(&req.name) {
+            reply_err(out, opt, proto::REP_ERR_UNKNOWN, "no such export");
+            return Step::Continue;
+        }
+        let opts = &self.inner.opts;
+        let flags = self.transmission_flags(st.structured);
+        let export = proto::encode_info_export(self.inner.export.size(), flags);
+        proto::encode_option_reply(out, opt, proto::REP_INFO, &export);
+        let block = proto::encode_info_block_size(1, PREFERRED_BLOCK, opts.max_request);
+        proto::encode_option_reply(out, opt, proto::REP_INFO, &block);
+        if req.requests.contains(&proto::INFO_NAME) {
+            let name = proto::encode_info_string(proto::INFO_NAME, &opts.export_name);
+            proto::encode_option_reply(out, opt, proto::REP_INFO, &name);
+        }
+        if req.requests.contains(&proto::INFO_DESCRIPTION) {
+            let d = proto::encode_info_string(proto::INFO_DESCRIPTION, &opts.description);
+            proto::encode_option_reply(out, opt, proto::REP_INFO, &d);
+        }
+        proto::encode_option_reply(out, opt, proto::REP_ACK, &[]);
+        if opt == proto::OPT_GO {
+            Step::Transmit
+        } else {
+            Step::Continue
+        }
+    }
+
+    fn meta_context(&self, opt: u32, payload: &[u8], st: &mut Haggle, out: &mut Vec<u8>) {
+        let set = opt == proto::OPT_SET_META_CONTEXT;
+        if set {
+            // Every SET replaces the selection, even one that fails.
+            st.base_allocation = false;
+            if !st.structured {
+                reply_err(
+                    out,
+                    opt,
+                    proto::REP_ERR_INVALID,
+                    "structured replies must be negotiated first",
+                );
+                return;
+            }
+        }
+        let req = match proto::parse_meta_context_request(payload) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!("malformed meta context option: {e}");
+                reply_err(out, opt, proto::REP_ERR_INVALID, &e.to_string());
+                return;
+            }
+        };
+        if !self.export_matches(&req.export) {
+            reply_err(out, opt, proto::REP_ERR_UNKNOWN, "no such export");
+            return;
+        }
+        let matched = if set {
+            req.queries
+                .iter()
+                .any(|q| q == proto::CONTEXT_BASE_ALLOCATION)
+        } else {
+            req.queries.is_empty()
+                || req
+                    .queries
+                    .iter()
+                    .any(|q| q == "base:" || q == proto::CONTEXT_BASE_ALLOCATION)
+        };
+        if matched {
+            let id = if set { BASE_ALLOCATION_ID } else { 0 };
+            let ctx = proto::encode_meta_context(id, proto::CONTEXT_BASE_ALLOCATION);
+            proto::encode_option_reply(out, opt, proto::REP_META_CONTEXT, &ctx);
+            if set {
+                st.base_allocation = true;
+            }
+        }
+        proto::encode_option_reply(out, opt, proto::REP_ACK, &[]);
+    }
+
+    async fn transmission<S>(
+        &self,
+        stream: S,
+        session: Session,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (rd, wr) = tokio::io::split(stream);
+        let (tx, rx) = mpsc::unbounded_channel::<Outgoing>();
+        let writer = tokio::spawn(write_replies(wr, rx).in_current_span());
+        let reader = BufReader::with_capacity(128 * 1024, rd);
+        let read_result = self.read_requests(reader, tx, session, &mut stop).await;
+        // The reader has dropped its sender; the writer ends once every
+        // in-flight request has sent its reply.
+        let write_result = match writer.await {
+            Ok(r) => r.map_err(ConnectionError::from),
+            Err(e) => Err(ConnectionError::Io(io::Error::other(e))),
+        };
+        read_result.and(write_result)
+    }
+
+    async fn read_requests<R>(
+        &self,
+        mut rd: R,
+        tx: mpsc::UnboundedSender<Outgoing>,
+        session: Session,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), ConnectionError>
+    where
+        R: AsyncRead + Unpin,
+    {
+        let opts = &self.inner.opts;
+        let count = Arc::new(Semaphore::new(opts.max_in_flight.max(1)));
+        let budget = opts
+            .max_in_flight_bytes
+            .max(opts.max_request as usize + REQUEST_OVERHEAD as usize)
+            .min(Semaphore::MAX_PERMITS);
+        let bytes = Arc::new(Semaphore::new(budget));
+        loop {
+            let mut hdr = [0u8; proto::REQUEST_HEADER_LEN];
+            let got = tokio::select! {
+                biased;
+                () = wait_stop(stop) => {
+                    debug!("shutdown: no more requests read");
+                    break;
+                }
+                () = tx.closed() => break,
+                r = read_header(&mut rd, &mut hdr) => r?,
+            };
+            if !got {
+                debug!("client closed the connection");
+                break;
+            }
+            let req = match proto::parse_request(&hdr) {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!("bad request: {e}; disconnecting");
+                    return Err(ConnectionError::Protocol(format!("request header: {e}")));
+                }
+            };
+            if req.typ == proto::CMD_DISC {
+                debug!("client sent DISC");
+                break;
+            }
+            let Ok(count_permit) = count.clone().acquire_owned().await else {
+                break;
+            };
+            let (op, data_bytes) = match self.validate(&req, &session) {
+                Ok(Some(v)) => v,
+                Ok(None) => {
+                    // Zero-length request (no payload either): nothing to do.
+                    let Ok(p) = bytes.clone().acquire_many_owned(REQUEST_OVERHEAD).await else {
+                        break;
+                    };
+                    let head = ok_reply(req.cookie, session.structured);
+                    let permits = Permits {
+                        _count: count_permit,
+                        _bytes: p,
+                    };
+                    let _ = tx.send(Outgoing {
+                        head,
+                        data: None,
+                        _permits: permits,
+                    });
+                    continue;
+                }
+                Err(refusal) => {
+                    if req.typ == proto::CMD_WRITE {
+                        discard(&mut rd, u64::from(req.length)).await?;
+                    }
+                    debug!(
+                        cookie = req.cookie,
+                        cmd = req.typ,
+                        errno = refusal.errno,
+                        "request refused: {}",
+                        refusal.msg
+                    );
+                    let Ok(p) = bytes.clone().acquire_many_owned(REQUEST_OVERHEAD).await else {
+                        break;
+                    };
+                    let head =
+                        error_reply(req.cookie, session.structured, refusal.errno, refusal.msg);
+                    let permits = Permits {
+                        _count: count_permit,
+                        _bytes: p,
+                    };
+                    let _ = tx.send(Outgoing {
+                        head,
+                        data: None,
+                        _permits: permits,
+                    });
+                    continue;
+                }
+            };
+            // data_bytes <= max_request, validated above, so this fits.
+            let cost = REQUEST_OVERHEAD.saturating_add(data_bytes);
+            let Ok(byte_permit) = bytes.clone().acquire_many_owned(cost).await else {
+                break;
+            };
+            let op = match op {
+                Op::Write { offset, fua, .. } => {
+                    // Allocated only now: the length passed validation.
+                    let mut data = vec![0u8; req.length as usize];
+                    rd.read_exact(&mut data).await?;
+                    Op::Write { offset, data, fua }
+                }
+                other => other,
+            };
+            let permits = Permits {
+                _count: count_permit,
+                _bytes: byte_permit,
+            };
+            self.spawn_op(op, req.cookie, session.structured, permits, tx.clone());
+        }
+        Ok(())
+    }
+
+    /// Check a request. `Ok(None)`: valid but zero-length, answered at once.
+    /// On success also returns the data bytes it will hold in memory.
+    fn validate(&self, req: &Request, session: &Session) -> Result<Option<(Op, u32)>, Refusal> {
+        use proto::{
+            CMD_FLAG_DF, CMD_FLAG_FAST_ZERO, CMD_FLAG_FUA, CMD_FLAG_NO_HOLE, CMD_FLAG_REQ_ONE,
+            EINVAL, ENOSPC, EPERM,
+        };
+        let opts = &self.inner.opts;
+        let offset = req.offset;
+        let len = req.length;
+        let in_range = offset
+            .checked_add(u64::from(len))
+            .is_some_and(|end| end <= session.size);
+        let flags_ok = |allowed: u16| req.flags & !allowed == 0;
+        let fua = req.flags & CMD_FLAG_FUA != 0;
+        match req.typ {
+            proto::CMD_READ => {
+                let allowed = if session.structured {
+                    CMD_FLAG_FUA | CMD_FLAG_DF
+                } else {
+                    CMD_FLAG_FUA
+                };
+                if !flags_ok(allowed) {
+                    return Err(refuse(EINVAL, "invalid flags for READ"));
+                }
+                if len > opts.max_request {
+                    return Err(refuse(EINVAL, "read longer than the maximum payload"));
+                }
+                if !in_range {
+                    return Err(refuse(EINVAL, "read beyond the end of the export"));
+                }
+                if len == 0 {
+                    return Ok(None);
+                }
+                Ok(Some((Op::Read { offset, len }, len)))
+            }
+            proto::CMD_WRITE => {
+                if !flags_ok(CMD_FLAG_FUA) {
+                    return Err(refuse(EINVAL, "invalid flags for WRITE"));
+                }
+                if len > opts.max_request {
+                    return Err(refuse(EINVAL, "write longer than the maximum payload"));
+                }
+                if opts.read_only {
+                    return Err(refuse(EPERM, "export is read-only"));
+                }
+                if !in_range {
+                    return Err(refuse(ENOSPC, "write beyond the end of the export"));
+                }
+                if len == 0 {
+                    return Ok(None);
+                }
+                let op = Op::Write {
+                    offset,
+                    data: Vec::new(),
+                    fua,
+                };
+                Ok(Some((op, len)))
+            }
+            proto::CMD_FLUSH => {
+                if !flags_ok(CMD_FLAG_FUA) {
+                    return Err(refuse(EINVAL, "invalid flags for FLUSH"));
+                }
+                Ok(Some((Op::Flush, 0)))
+            }
+            proto::CMD_TRIM => {
+                if !flags_ok(CMD_FLAG_FUA) {
+                    return Err(refuse(EINVAL, "invalid flags for TRIM"));
+                }
+                if opts.read_only {
+                    return Err(refuse(EPERM, "export is read-only"));
+                }
+                if !in_range {
+                    return Err(refuse(EINVAL, "trim beyond the end of the export"));
+                }
+                if len == 0 {
+                    return Ok(None);
+                }
+                Ok(Some((Op::Trim { offset, len, fua }, 0)))
+            }
+            proto::CMD_CACHE => {
+                if !flags_ok(CMD_FLAG_FUA) {
+                    return Err(refuse(EINVAL, "invalid flags for CACHE"));
+                }
+                if !in_range {
+                    return Err(refuse(EINVAL, "cache beyond the end of the export"));
+                }
+                if len == 0 {
+                    return Ok(None);
+                }
+                Ok(Some((Op::Cache { offset, len }, 0)))
+            }
+            proto::CMD_WRITE_ZEROES => {
+                if !flags_ok(CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO) {
+                    return Err(refuse(EINVAL, "invalid flags for WRITE_ZEROES"));
+                }
+                if opts.read_only {
+                    return Err(refuse(EPERM, "export is read-only"));
+                }
+                if !in_range {
+                    return Err(refuse(ENOSPC, "write zeroes beyond the end of the export"));
+                }
+                if len == 0 {
+                    return Ok(None);
+                }
+                let op = Op::WriteZeroes {
+                    offset,
+                    len,
+                    no_hole: req.flags & CMD_FLAG_NO_HOLE != 0,
+                    fast: req.flags & CMD_FLAG_FAST_ZERO != 0,
+                    fua,
+                };
+                Ok(Some((op, 0)))
+            }
+            proto::CMD_BLOCK_STATUS => {
+                if !flags_ok(CMD_FLAG_FUA | CMD_FLAG_REQ_ONE) {
+                    return Err(refuse(EINVAL, "invalid flags for BLOCK_STATUS"));
+                }
+                if !session.structured || !session.base_allocation {
+                    return Err(refuse(EINVAL, "no metadata context negotiated"));
+                }
+                if len == 0 {
+                    return Err(refuse(EINVAL, "zero-length block status"));
+                }
+                if !in_range {
+                    return Err(refuse(EINVAL, "block status beyond the end of the export"));
+                }
+                let req_one = req.flags & CMD_FLAG_REQ_ONE != 0;
+                let reply_bytes = if req_one {
+                    8
+                } else {
+                    8 * MAX_DESCRIPTORS as u32
+                };
+                Ok(Some((
+                    Op::BlockStatus {
+                        offset,
+                        len,
+                        req_one,
+                    },
+                    reply_bytes,
+                )))
+            }
+            _ => Err(refuse(EINVAL, "unknown command")),
+        }
+    }
+
+    fn spawn_op(
+        &self,
+        op: Op,
+        cookie: u64,
+        structured: bool,
+        permits: Permits,
+        tx: mpsc::UnboundedSender<Outgoing>,
+    ) {
+        let export = Arc::clone(&self.inner.export);
+        tokio::spawn(
+            async move {
+                let result = tokio::task::spawn_blocking(move || run_op(&*export, op)).await;
+                let (head, data) = match result {
+                    Ok(Ok(out)) => success_reply(cookie, structured, out),
+                    Ok(Err(e)) => {
+                        debug!(cookie, errno = e.errno(), "request failed: {e}");
+                        (
+                            error_reply(cookie, structured, e.errno(), &e.to_string()),
+                            None,
+                        )
+                    }
+                    Err(e) => {
+                        warn!(cookie, "request task failed: {e}");
+                        let msg = "internal server error";
+                        (error_reply(cookie, structured, proto::EIO, msg), None)
+                    }
+                };
+                let _ = tx.send(Outgoing {
+                    head,
+                    data,
+                    _permits: permits,
+                });
+            }
+            .in_current_span(),
+        );
+    }
+}
+
+/// What the handshake loop does after an option.
+enum Step {
+    Continue,
+    Abort,
+    Transmit,
+    Close(String),
+}
+
+fn reply_err(out: &mut Vec<u8>, option: u32, reply_type: u32, msg: &str) {
+    proto::encode_option_reply(out, option, reply_type, msg.as_bytes());
+}
+
+/// Run one validated request on the export (on a blocking thread).
+fn run_op(export: &dyn Export, op: Op) -> Result<OpOutput, ExportError> {
+    match op {
+        Op::Read { offset, len } => {
+            let mut data = vec![0u8; len as usize];
+            export.read(offset, &mut data)?;
+            Ok(OpOutput::Data { offset, data })
+        }
+        Op::Write { offset, data, fua } => {
+            export.write(offset, &data, fua).map(|()| OpOutput::Done)
+        }
+        Op::Flush => export.flush().map(|()| OpOutput::Done),
+        Op::Trim { offset, len, fua } => export
+            .trim(offset, u64::from(len), fua)
+            .map(|()| OpOutput::Done),
+        Op::Cache { offset, len } => export
+            .cache(offset, u64::from(len))
+            .map(|()| OpOutput::Done),
+        Op::WriteZeroes {
+            offset,
+            len,
+            no_hole,
+            fast,
+            fua,
+        } => export
+            .write_zeroes(offset, u64::from(len), no_hole, fast, fua)
+            .map(|()| OpOutput::Done),
+        Op::BlockStatus {
+            offset,
+            len,
+            req_one,
+        } => {
+            let max = if req_one { 1 } else { MAX_DESCRIPTORS };
+            let runs = export.block_status(offset, u64::from(len), max)?;
+            Ok(OpOutput::Status(runs_to_descriptors(&runs, len, max)))
+        }
+    }
+}
+
+/// Turn export runs into at most `max` descriptors whose lengths sum to at
+/// most `len`; adjacent runs with equal flags merge, empty runs are skipped,
+/// and an empty answer becomes one descriptor of status 0 (always allowed).
+fn runs_to_descriptors(runs: &[StatusRun], len: u32, max: usize) -> Vec<Descriptor> {
+    let max = max.max(1);
+    let mut out: Vec<Descriptor> = Vec::new();
+    let mut remaining = len;
+    for run in runs {
+        if remaining == 0 {
+            break;
+        }
+        // Bounded by `remaining`, so it fits in u32.
+        let n = u32::try_from(run.len.min(u64::from(remaining))).unwrap_or(remaining);
+        if n == 0 {
+            continue;
+        }
+        let mut flags = 0;
+        if run.hole {
+            flags |= proto::STATE_HOLE;
+        }
+        if run.zero {
+            flags |= proto::STATE_ZERO;
+        }
+        let full = out.len() >= max;
+        match out.last_mut() {
+            Some(last) if last.flags == flags => last.len += n,
+            _ if full => break,
+            _ => out.push(Descriptor { len: n, flags }),
+        }
+        remaining -= n;
+    }
+    if out.is_empty() {
+        out.push(Descriptor { len, flags: 0 });
+    }
+    out
+}
+
+fn ok_reply(cookie: u64, structured: bool) -> Vec<u8> {
+    if structured {
+        let mut out = Vec::with_capacity(proto::STRUCTURED_HEADER_LEN);
+        proto::encode_none_chunk(&mut out, cookie);
+        out
+    } else {
+        proto::encode_simple_reply(0, cookie).to_vec()
+    }
+}
+
+fn error_reply(cookie: u64, structured: bool, errno: u32, msg: &str) -> Vec<u8> {
+    // A zero errno would read as success: never send one for a failure.
+    let errno = if errno == 0 { proto::EIO } else { errno };
+    if structured {
+        let mut out = Vec::new();
+        proto::encode_error_chunk(&mut out, cookie, errno, msg);
+        out
+    } else {
+        proto::encode_simple_reply(errno, cookie).to_vec()
+    }
+}
+
+fn success_reply(cookie: u64, structured: bool, out: OpOutput) -> (Vec<u8>, Option<Vec<u8>>) {
+    match out {
+        OpOutput::Done => (ok_reply(cookie, structured), None),
+        OpOutput::Data { offset, data } => {
+            if structured {
+                let mut head = Vec::with_capacity(proto::STRUCTURED_HEADER_LEN + 8);
+                if proto::encode_offset_data_header(&mut head, cookie, offset, data.len(), true)
+                    .is_none()
+                {
+                    // Unreachable with max_request below 4 GiB; fail cleanly anyway.
+                    let msg = "read too large for one chunk";
+                    return (error_reply(cookie, true, proto::EOVERFLOW, msg), None);
+                }
+                (head, Some(data))
+            } else {
+                (proto::encode_simple_reply(0, cookie).to_vec(), Some(data))
+            }
+        }
+        OpOutput::Status(descs) => {
+            let mut head = Vec::new();
+            match proto::encode_block_status_chunk(
+                &mut head,
+                cookie,
+                BASE_ALLOCATION_ID,
+                &descs,
+                true,
+            ) {
+                Some(()) => (head, None),
+                None => (
+                    error_reply(cookie, structured, proto::EIO, "bad block status"),
+                    None,
+                ),
+            }
+        }
+    }
+}
+
+/// Write replies in arrival order until every sender is gone.
+async fn write_replies<W>(wr: W, mut rx: mpsc::UnboundedReceiver<Outgoing>) -> io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+{
+    let mut w = BufWriter::with_capacity(256 * 1024, wr);
+    while let Some(msg) = rx.recv().await {
+        w.write_all(&msg.head).await?;
+        if let Some(data) = &msg.data {
+            w.write_all(data).await?;
+        }
+        drop(msg);
+        if rx.is_empty() {
+            w.flush().await?;
+        }
+    }
+    w.flush().await?;
+    w.shutdown().await
+}
+
+/// Read a request header. `Ok(false)`: clean end of stream before its first byte.
+async fn read_header<R>(rd: &mut R, hdr: &mut [u8; proto::REQUEST_HEADER_LEN]) -> io::Result<bool>
+where
+    R: AsyncRead + Unpin,
+{
+    let mut filled = 0;
+    while filled < hdr.len() {
+        let n = rd.read(&mut hdr[filled..]).await?;
+        if n == 0 {
+            if filled == 0 {
+                return Ok(false);
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "end of stream inside a request header",
+            ));
+        }
+        filled += n;
+    }
+    Ok(true)
+}
+
+/// Read and drop `n` bytes through a small scratch buffer.
+async fn discard<R>(rd: &mut R, mut n: u64) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+{
+    if n == 0 {
+        return Ok(());
+    }
+    let mut scratch = vec![0u8; DISCARD_CHUNK.min(usize::try_from(n).unwrap_or(DISCARD_CHUNK))];
+    while n > 0 {
+        let want = scratch
+            .len()
+            .min(usize::try_from(n).unwrap_or(scratch.len()));
+        rd.read_exact(&mut scratch[..want]).await?;
+        n -= want as u64;
+    }
+    Ok(())
+}
+
+async fn send<S>(s: &mut S, buf: &[u8]) -> io::Result<()>
+where
+    S: AsyncWrite + Unpin,
+{
+    s.write_all(buf).await?;
+    s.flush().await
+}
+
+/// Resolve once `stop` turns true; never if its sender is gone.
+async fn wait_stop(stop: &mut watch::Receiver<bool>) {
+    loop {
+        if *stop.borrow_and_update() {
+            return;
+        }
+        if stop.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(len: u64, hole: bool) -> StatusRun {
+        StatusRun {
+            len,
+            hole,
+            zero: hole,
+        }
+    }
+
+    #[test]
+    fn descriptors_clip_and_merge() {
+        let runs = [run(100, true), run(50, true), run(1000, false)];
+        let d = runs_to_descriptors(&runs, 200, 10);
+        assert_eq!(
+            d,
+            vec![
+                Descriptor {
+                    len: 150,
+                    flags: proto::STATE_HOLE | proto::STATE_ZERO
+                },
+                Descriptor { len: 50, flags: 0 },
+            ]
+        );
+        let d = runs_to_descriptors(&runs, 200, 1);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].len, 150);
+        // A run longer than u32 is clipped to the request.
+        let d = runs_to_descriptors(&[run(1 << 40, false)], u32::MAX, 4);
+        assert_eq!(
+            d,
+            vec![Descriptor {
+                len: u32::MAX,
+                flags: 0
+            }]
+        );
+    }
+
+    #[test]
+    fn descriptors_fallback() {
+        assert_eq!(
+            runs_to_descriptors(&[], 512, 4),
+            vec![Descriptor { len: 512, flags: 0 }]
+        );
+        assert_eq!(
+            runs_to_descriptors(&[run(0, true)], 512, 4),
+            vec![Descriptor { len: 512, flags: 0 }]
+        );
+    }
+
+    #[test]
+    fn error_reply_never_zero() {
+        let r = error_reply(1, false, 0, "x");
+        assert_eq!(&r[4..8], &proto::EIO.to_be_bytes());
+    }
+}
