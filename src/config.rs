@@ -56,7 +56,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
         for (name, shift) in UNITS {
-            if self.0 >= 1 << shift && self.0 % (1 << shift) == 0 {
+            if self.0 >= 1 << shift && self.0.is_multiple_of(1 << shift) {
                 return write!(f, "{}{}", self.0 >> shift, name);
             }
         }
@@ -188,8 +188,8 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         overrides: &[(&str, String)],
     ) -> Result<Self, ConfigError> {
-        let mut b = config::Config::builder()
-            .add_source(config::Config::try_from(&Config::default())?);
+        let mut b =
+            config::Config::builder().add_source(config::Config::try_from(&Config::default())?);
         if let Some(f) = file {
             b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
         }
@@ -215,13 +215,19 @@ impl Config {
         if !es.is_power_of_two() || !(MIN_EXTENT_SIZE..=MAX_EXTENT_SIZE).contains(&es) {
             return Err(ConfigError::Invalid {
                 key: "extent-size",
-                problem: format!("{} must be a power of two from 64KiB to 64MiB", self.extent_size),
+                problem: format!(
+                    "{} must be a power of two from 64KiB to 64MiB",
+                    self.extent_size
+                ),
             });
         }
         if !self.listen.is_empty() && self.listen.parse::<SocketAddr>().is_err() {
             return Err(ConfigError::Invalid {
                 key: "listen",
-                problem: format!("{:?} is not HOST:PORT (for example 127.0.0.1:10809)", self.listen),
+                problem: format!(
+                    "{:?} is not HOST:PORT (for example 127.0.0.1:10809)",
+                    self.listen
+                ),
             });
         }
         if self.listen.is_empty() && self.unix.is_none() {
@@ -241,7 +247,10 @@ impl Config {
         if tracing_level_ok(&self.log_level).is_err() {
             return Err(ConfigError::Invalid {
                 key: "log-level",
-                problem: format!("{:?}: use error, warn, info, debug or trace", self.log_level),
+                problem: format!(
+                    "{:?}: use error, warn, info, debug or trace",
+                    self.log_level
+                ),
             });
         }
         Ok(())
@@ -249,17 +258,23 @@ impl Config {
 
     /// The SSD path.
     pub fn ssd_path(&self) -> PathBuf {
-        self.ssd.clone().unwrap_or_else(|| self.data_dir.join("ssd.img"))
+        self.ssd
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("ssd.img"))
     }
 
     /// The HDD path.
     pub fn hdd_path(&self) -> PathBuf {
-        self.hdd.clone().unwrap_or_else(|| self.data_dir.join("hdd.img"))
+        self.hdd
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("hdd.img"))
     }
 
     /// The metadata directory.
     pub fn meta_path(&self) -> PathBuf {
-        self.meta_dir.clone().unwrap_or_else(|| self.data_dir.join("meta"))
+        self.meta_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("meta"))
     }
 
     /// Whether both devices are the embedded default image files.
@@ -314,7 +329,11 @@ mod tests {
         assert_eq!(d, Config::default());
         let c = Config::load(
             Some(&file),
-            env(&[("TIERD_LISTEN", "127.0.0.1:2"), ("TIERD_EXTENT_SIZE", "4MiB"), ("TIERD_UNRELATED", "x")]),
+            env(&[
+                ("TIERD_LISTEN", "127.0.0.1:2"),
+                ("TIERD_EXTENT_SIZE", "4MiB"),
+                ("TIERD_UNRELATED", "x"),
+            ]),
             &[("listen", "127.0.0.1:3".into())],
         )
         .unwrap();

@@ -58,10 +58,8 @@ pub fn open_devices(cfg: &Config) -> Result<Devices> {
         return Err(VolumeError::SameDevice(ssd.display().to_string()).into());
     }
     let open = |p: &Path| -> Result<Arc<dyn BlockDevice>> {
-        let dev = FileDevice::open(p, cfg.direct_io).map_err(io_ctx(format!(
-            "opening device {}",
-            p.display()
-        )))?;
+        let dev = FileDevice::open(p, cfg.direct_io)
+            .map_err(io_ctx(format!("opening device {}", p.display())))?;
         Ok(Arc::new(dev))
     };
     Ok(Devices {
@@ -89,7 +87,9 @@ pub fn open_store(cfg: &Config) -> Result<Arc<SledStore>> {
             path: path.clone(),
             source: match source {
                 StoreError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    StoreError::Backend("locked by another process: is another tierd running on it?".into())
+                    StoreError::Backend(
+                        "locked by another process: is another tierd running on it?".into(),
+                    )
                 }
                 other => other,
             },
@@ -118,7 +118,10 @@ fn create_default_images(cfg: &Config, require_new: bool) -> Result<()> {
         "creating data directory {}",
         cfg.data_dir.display()
     )))?;
-    for (path, size) in [(cfg.ssd_path(), cfg.ssd_size), (cfg.hdd_path(), cfg.hdd_size)] {
+    for (path, size) in [
+        (cfg.ssd_path(), cfg.ssd_size),
+        (cfg.hdd_path(), cfg.hdd_size),
+    ] {
         if path.exists() {
             if require_new {
                 return Err(ServiceError::Refused(format!(
@@ -128,10 +131,8 @@ fn create_default_images(cfg: &Config, require_new: bool) -> Result<()> {
             }
             continue;
         }
-        FileDevice::create_image(&path, size.0).map_err(io_ctx(format!(
-            "creating image {}",
-            path.display()
-        )))?;
+        FileDevice::create_image(&path, size.0)
+            .map_err(io_ctx(format!("creating image {}", path.display())))?;
         info!(path = %path.display(), size = %size, "created sparse image file");
     }
     Ok(())
@@ -146,7 +147,10 @@ pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
     if cfg.uses_default_images() && !store_exists {
         create_default_images(cfg, true)?;
         let geo = format(cfg, false)?;
-        info!(capacity = geo.capacity(), "formatted a new volume on the default image files");
+        info!(
+            capacity = geo.capacity(),
+            "formatted a new volume on the default image files"
+        );
         formatted = true;
     } else if !store_exists {
         return Err(ServiceError::Refused(format!(
@@ -163,7 +167,11 @@ pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
 
 /// Serve `volume` over NBD on the configured endpoints until `shutdown`
 /// completes; then finish in-flight requests and flush the volume.
-pub async fn run(cfg: &Config, volume: Arc<Volume>, shutdown: impl Future<Output = ()>) -> Result<()> {
+pub async fn run(
+    cfg: &Config,
+    volume: Arc<Volume>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
     let opts = ServerOptions {
         export_name: cfg.export_name.clone(),
         description: format!("tierd volume {}", volume.id()),
@@ -179,7 +187,9 @@ pub async fn run(cfg: &Config, volume: Arc<Volume>, shutdown: impl Future<Output
         let listener = TcpListener::bind(&cfg.listen)
             .await
             .map_err(io_ctx(format!("listening on {}", cfg.listen)))?;
-        let addr = listener.local_addr().map_err(io_ctx("reading the bound address"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(io_ctx("reading the bound address"))?;
         if !addr.ip().is_loopback() {
             warn!(%addr, "serving NBD beyond loopback without TLS: anyone who can reach this address can read and write the volume");
         }
@@ -190,16 +200,19 @@ pub async fn run(cfg: &Config, volume: Arc<Volume>, shutdown: impl Future<Output
     if let Some(path) = &cfg.unix {
         if path.exists() {
             // A leftover socket from an earlier run; refuse anything else.
-            let meta = std::fs::symlink_metadata(path).map_err(io_ctx(format!("inspecting {}", path.display())))?;
+            let meta = std::fs::symlink_metadata(path)
+                .map_err(io_ctx(format!("inspecting {}", path.display())))?;
             if !std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) {
                 return Err(ServiceError::Refused(format!(
                     "{} exists and is not a socket; refusing to replace it",
                     path.display()
                 )));
             }
-            std::fs::remove_file(path).map_err(io_ctx(format!("removing stale socket {}", path.display())))?;
+            std::fs::remove_file(path)
+                .map_err(io_ctx(format!("removing stale socket {}", path.display())))?;
         }
-        let listener = UnixListener::bind(path).map_err(io_ctx(format!("binding {}", path.display())))?;
+        let listener =
+            UnixListener::bind(path).map_err(io_ctx(format!("binding {}", path.display())))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(io_ctx(format!("restricting {}", path.display())))?;
         info!(path = %path.display(), "serving NBD over a Unix socket");

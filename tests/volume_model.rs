@@ -45,7 +45,12 @@ fn range(rng: &mut impl Rng, size: u64, extent: u64) -> (u64, u64) {
 fn random_ops_match_the_model_across_restarts() {
     let extent = 64 * KIB;
     // 8 SSD slots + 24 HDD slots, 2 reserved: 30 logical extents.
-    let (devices, store) = setup(1024 * KIB + 8 * extent, 1024 * KIB + 24 * extent, extent, 2 * extent);
+    let (devices, store) = setup(
+        1024 * KIB + 8 * extent,
+        1024 * KIB + 24 * extent,
+        extent,
+        2 * extent,
+    );
     let mut vol = Volume::open(devices.clone(), store.clone()).unwrap();
     let size = vol.size();
     assert_eq!(size, 30 * extent);
@@ -63,10 +68,14 @@ fn random_ops_match_the_model_across_restarts() {
             35..=69 => {
                 let mut buf = vec![0xAAu8; l];
                 vol.read(offset, &mut buf).unwrap();
-                assert!(buf == model[o..o + l], "step {step}: read {offset}+{len} differs");
+                assert!(
+                    buf == model[o..o + l],
+                    "step {step}: read {offset}+{len} differs"
+                );
             }
             70..=77 => {
-                vol.discard(offset, len, true, rng.gen_bool(0.5), false).unwrap();
+                vol.discard(offset, len, true, rng.gen_bool(0.5), false)
+                    .unwrap();
                 model[o..o + l].fill(0);
             }
             78..=85 => {
@@ -116,7 +125,12 @@ fn random_ops_match_the_model_across_restarts() {
 #[test]
 fn new_writes_land_on_ssd_until_full_then_spill_to_hdd() {
     let extent = 64 * KIB;
-    let (devices, store) = setup(1024 * KIB + 4 * extent, 1024 * KIB + 8 * extent, extent, extent);
+    let (devices, store) = setup(
+        1024 * KIB + 4 * extent,
+        1024 * KIB + 8 * extent,
+        extent,
+        extent,
+    );
     let vol = Volume::open(devices, store).unwrap();
     for i in 0..6 {
         vol.write(i * extent + 100, b"hello", false).unwrap();
@@ -124,7 +138,14 @@ fn new_writes_land_on_ssd_until_full_then_spill_to_hdd() {
     let tiers: Vec<Tier> = (0..6).map(|i| vol.mapping(i).unwrap().loc.tier).collect();
     assert_eq!(
         tiers,
-        [Tier::Ssd, Tier::Ssd, Tier::Ssd, Tier::Ssd, Tier::Hdd, Tier::Hdd]
+        [
+            Tier::Ssd,
+            Tier::Ssd,
+            Tier::Ssd,
+            Tier::Ssd,
+            Tier::Hdd,
+            Tier::Hdd
+        ]
     );
     assert_eq!(vol.mapping(7), None);
     // Unwritten bytes around a small first write read as zeros.

@@ -9,7 +9,11 @@ use tierd::config::Config;
 use tierd::service;
 
 #[derive(Parser)]
-#[command(name = "tierd", version, about = "Hybrid SSD+HDD tiered block volume served over NBD")]
+#[command(
+    name = "tierd",
+    version,
+    about = "Hybrid SSD+HDD tiered block volume served over NBD"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -159,7 +163,11 @@ fn main() -> anyhow::Result<()> {
                 .context("serving the volume")?;
             Ok(())
         }
-        Command::Format { common, force, json } => {
+        Command::Format {
+            common,
+            force,
+            json,
+        } => {
             let cfg = common.load()?;
             init_logging(&cfg.log_level);
             let geo = service::format(&cfg, force).context("formatting")?;

@@ -44,7 +44,10 @@ impl FileDevice {
         } else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} is neither a regular file nor a block device", path.display()),
+                format!(
+                    "{} is neither a regular file nor a block device",
+                    path.display()
+                ),
             ));
         };
         Ok(FileDevice {
@@ -77,9 +80,9 @@ impl FileDevice {
     }
 
     fn aligned(offset: u64, len: usize, ptr: *const u8) -> bool {
-        offset % DIRECT_ALIGN as u64 == 0
-            && len % DIRECT_ALIGN == 0
-            && (ptr as usize) % DIRECT_ALIGN == 0
+        offset.is_multiple_of(DIRECT_ALIGN as u64)
+            && len.is_multiple_of(DIRECT_ALIGN)
+            && (ptr as usize).is_multiple_of(DIRECT_ALIGN)
     }
 
     /// Aligned window `[start, start+len)` covering `[offset, offset+len)`.

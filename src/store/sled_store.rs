@@ -17,10 +17,7 @@ impl SledStore {
     /// Open (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> StoreResult<Self> {
         std::fs::create_dir_all(dir)?;
-        let db = sled::Config::new()
-            .path(dir)
-            .flush_every_ms(None)
-            .open()?;
+        let db = sled::Config::new().path(dir).flush_every_ms(None).open()?;
         let extents = db.open_tree("extents")?;
         Ok(SledStore { db, extents })
     }

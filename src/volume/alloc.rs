@@ -25,7 +25,10 @@ struct Inner {
 impl Allocator {
     /// An allocator whose free slots are those of `slots` not in `used`.
     pub fn new(slots: [u32; 2], used: impl Iterator<Item = Loc>) -> Self {
-        let mut taken = [vec![false; slots[0] as usize], vec![false; slots[1] as usize]];
+        let mut taken = [
+            vec![false; slots[0] as usize],
+            vec![false; slots[1] as usize],
+        ];
         for loc in used {
             if let Some(t) = taken[loc.tier.index()].get_mut(loc.slot as usize) {
                 *t = true;
@@ -100,19 +103,43 @@ mod tests {
 
     #[test]
     fn allocates_preferred_tier_lowest_first_and_quarantines() {
-        let used = [Loc { tier: Tier::Ssd, slot: 0 }];
+        let used = [Loc {
+            tier: Tier::Ssd,
+            slot: 0,
+        }];
         let a = Allocator::new([2, 3], used.into_iter());
         assert_eq!(a.free_count(Tier::Ssd), 1);
         let order = [Tier::Ssd, Tier::Hdd];
-        assert_eq!(a.alloc(&order), Some(Loc { tier: Tier::Ssd, slot: 1 }));
-        assert_eq!(a.alloc(&order), Some(Loc { tier: Tier::Hdd, slot: 0 }));
-        a.free_deferred(Loc { tier: Tier::Ssd, slot: 1 });
+        assert_eq!(
+            a.alloc(&order),
+            Some(Loc {
+                tier: Tier::Ssd,
+                slot: 1
+            })
+        );
+        assert_eq!(
+            a.alloc(&order),
+            Some(Loc {
+                tier: Tier::Hdd,
+                slot: 0
+            })
+        );
+        a.free_deferred(Loc {
+            tier: Tier::Ssd,
+            slot: 1,
+        });
         assert_eq!(a.alloc(&[Tier::Ssd]), None);
         let q = a.take_quarantine();
         a.settle(q, false);
         assert_eq!(a.quarantined(), 1);
         let q = a.take_quarantine();
         a.settle(q, true);
-        assert_eq!(a.alloc(&[Tier::Ssd]), Some(Loc { tier: Tier::Ssd, slot: 1 }));
+        assert_eq!(
+            a.alloc(&[Tier::Ssd]),
+            Some(Loc {
+                tier: Tier::Ssd,
+                slot: 1
+            })
+        );
     }
 }

@@ -63,7 +63,7 @@ impl Written {
         }
         if let Written::Full = self {
             let mut w = vec![u64::MAX; (blocks as usize).div_ceil(64)];
-            if blocks % 64 != 0 {
+            if !blocks.is_multiple_of(64) {
                 let n = w.len();
                 w[n - 1] = (1u64 << (blocks % 64)) - 1;
             }
@@ -186,7 +186,10 @@ mod tests {
         w.set_range(2, 4, true, 16);
         assert!(w.all(2, 4));
         assert!(!w.all(1, 4));
-        assert_eq!(w.runs(0, 6), vec![(0, 2, false), (2, 3, true), (5, 2, false)]);
+        assert_eq!(
+            w.runs(0, 6),
+            vec![(0, 2, false), (2, 3, true), (5, 2, false)]
+        );
         w.set_range(0, 15, true, 16);
         assert_eq!(w, Written::Full);
         w.set_range(15, 15, false, 16);
@@ -201,11 +204,17 @@ mod tests {
         written.set_range(3, 200, true, 256);
         for m in [
             Mapping {
-                loc: Loc { tier: Tier::Hdd, slot: 77 },
+                loc: Loc {
+                    tier: Tier::Hdd,
+                    slot: 77,
+                },
                 written,
             },
             Mapping {
-                loc: Loc { tier: Tier::Ssd, slot: 0 },
+                loc: Loc {
+                    tier: Tier::Ssd,
+                    slot: 0,
+                },
                 written: Written::Full,
             },
         ] {

@@ -104,7 +104,8 @@ impl Geometry {
         extent_size: u64,
         reserve: Option<u64>,
     ) -> Result<Self, GeometryError> {
-        if !extent_size.is_power_of_two() || !(MIN_EXTENT_SIZE..=MAX_EXTENT_SIZE).contains(&extent_size)
+        if !extent_size.is_power_of_two()
+            || !(MIN_EXTENT_SIZE..=MAX_EXTENT_SIZE).contains(&extent_size)
         {
             return Err(GeometryError::ExtentSize(extent_size));
         }
@@ -212,7 +213,10 @@ mod tests {
         );
         assert!(matches!(
             Geometry::compute(MIB, GIB, MIB, None),
-            Err(GeometryError::DeviceTooSmall { tier: Tier::Ssd, .. })
+            Err(GeometryError::DeviceTooSmall {
+                tier: Tier::Ssd,
+                ..
+            })
         ));
         assert!(matches!(
             Geometry::compute(GIB, GIB, MIB, Some(2 * GIB)),

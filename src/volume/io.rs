@@ -79,7 +79,8 @@ impl Volume {
             let dev = self.devices.get(m.loc.tier);
             let base = self.geo.slot_offset(m.loc.slot);
             if let Written::Full = m.written {
-                dev.read_at(dst, base + p.start).map_err(io_err(dev.as_ref()))?;
+                dev.read_at(dst, base + p.start)
+                    .map_err(io_err(dev.as_ref()))?;
                 continue;
             }
             let (first, last) = block_span(p.start, p.len);
@@ -132,8 +133,12 @@ impl Volume {
         // Blocks written for the first time are padded with zeros so their
         // unwritten bytes keep reading as zeros.
         let end = p.start + p.len;
-        let head = if m.written.get(first) { 0 } else { p.start % BLOCK_SIZE };
-        let tail = if m.written.get(last) || end % BLOCK_SIZE == 0 {
+        let head = if m.written.get(first) {
+            0
+        } else {
+            p.start % BLOCK_SIZE
+        };
+        let tail = if m.written.get(last) || end.is_multiple_of(BLOCK_SIZE) {
             0
         } else {
             BLOCK_SIZE - end % BLOCK_SIZE
@@ -230,7 +235,7 @@ impl Volume {
         let whole = p.len == self.geo.extent_size;
         let blocks = self.geo.blocks_per_extent();
         let before = m.written.clone();
-        if !(whole && !keep_allocated) {
+        if !whole || keep_allocated {
             let end = p.start + p.len;
             let full_first = p.start.div_ceil(BLOCK_SIZE);
             let full_end = end / BLOCK_SIZE;

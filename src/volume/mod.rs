@@ -114,7 +114,9 @@ pub enum VolumeError {
         needed: u64,
     },
     /// The metadata is from another format version.
-    #[error("the metadata store has format version {found}; this build reads version {FORMAT_VERSION}")]
+    #[error(
+        "the metadata store has format version {found}; this build reads version {FORMAT_VERSION}"
+    )]
     UnknownStoreVersion {
         /// Version found.
         found: String,
@@ -268,11 +270,11 @@ impl Volume {
                 slots: u64::from(geo.slots(tier)),
                 created,
             };
-            dev.write_at(&sb.encode(), 0).map_err(io_err(dev.as_ref()))?;
+            dev.write_at(&sb.encode(), 0)
+                .map_err(io_err(dev.as_ref()))?;
             dev.sync().map_err(io_err(dev.as_ref()))?;
         }
-        let geo_json =
-            serde_json::to_vec(&geo).map_err(|e| VolumeError::Corrupt(e.to_string()))?;
+        let geo_json = serde_json::to_vec(&geo).map_err(|e| VolumeError::Corrupt(e.to_string()))?;
         store.put(GEOMETRY_KEY, &geo_json)?;
         store.put(VOLUME_ID_KEY, id.to_string().as_bytes())?;
         store.put(FORMAT_VERSION_KEY, FORMAT_VERSION.to_string().as_bytes())?;
@@ -375,7 +377,10 @@ impl Volume {
             let owned = owner[m.loc.tier.index()]
                 .get_mut(m.loc.slot as usize)
                 .ok_or_else(|| {
-                    VolumeError::Corrupt(format!("extent {index}: slot {} out of range", m.loc.slot))
+                    VolumeError::Corrupt(format!(
+                        "extent {index}: slot {} out of range",
+                        m.loc.slot
+                    ))
                 })?;
             if *owned {
                 return Err(VolumeError::Corrupt(format!(
@@ -434,7 +439,10 @@ impl Volume {
         Usage {
             capacity: self.size(),
             mapped,
-            free: [self.alloc.free_count(Tier::Ssd), self.alloc.free_count(Tier::Hdd)],
+            free: [
+                self.alloc.free_count(Tier::Ssd),
+                self.alloc.free_count(Tier::Hdd),
+            ],
             quarantined: self.alloc.quarantined(),
         }
     }

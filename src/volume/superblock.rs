@@ -139,10 +139,15 @@ impl Superblock {
 /// What the first [`PROBE_SIZE`] bytes of a device say it already holds, if
 /// anything worth refusing to overwrite.
 pub fn detect_content(b: &[u8]) -> Option<String> {
-    let at = |off: usize, magic: &[u8]| b.len() >= off + magic.len() && &b[off..off + magic.len()] == magic;
+    let at = |off: usize, magic: &[u8]| {
+        b.len() >= off + magic.len() && &b[off..off + magic.len()] == magic
+    };
     if at(0, MAGIC) {
         return Some(match Superblock::decode(b) {
-            Ok(sb) => format!("a tierd superblock ({} of volume {})", sb.role, sb.volume_id),
+            Ok(sb) => format!(
+                "a tierd superblock ({} of volume {})",
+                sb.role, sb.volume_id
+            ),
             Err(e) => format!("a tierd superblock ({e})"),
         });
     }
@@ -200,9 +205,18 @@ mod tests {
         assert_eq!(Superblock::decode(&bytes), Err(SuperblockError::Checksum));
         let mut bytes = sample().encode();
         bytes[8] = 9;
-        assert_eq!(Superblock::decode(&bytes), Err(SuperblockError::UnknownVersion(9)));
-        assert_eq!(Superblock::decode(&[0u8; 4096]), Err(SuperblockError::NoMagic));
-        assert_eq!(Superblock::decode(b"TIERDSB"), Err(SuperblockError::NoMagic));
+        assert_eq!(
+            Superblock::decode(&bytes),
+            Err(SuperblockError::UnknownVersion(9))
+        );
+        assert_eq!(
+            Superblock::decode(&[0u8; 4096]),
+            Err(SuperblockError::NoMagic)
+        );
+        assert_eq!(
+            Superblock::decode(b"TIERDSB"),
+            Err(SuperblockError::NoMagic)
+        );
     }
 
     #[test]
@@ -220,6 +234,8 @@ mod tests {
         b[512..520].copy_from_slice(b"EFI PART");
         assert!(detect_content(&b).unwrap().contains("GPT"));
         let b = sample().encode();
-        assert!(detect_content(&b).unwrap().contains("tierd superblock (hdd"));
+        assert!(detect_content(&b)
+            .unwrap()
+            .contains("tierd superblock (hdd"));
     }
 }
