@@ -358,3 +358,57 @@ mod tests {
         assert!(e.to_string().contains("no-such-key"), "{e}");
     }
 }
+
+/// Durations in the configuration: a number of seconds or a string with a
+/// unit (`500ms`, `60s`, `5m`, `1h`).
+pub mod duration_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Parse `500ms`, `60s`, `5m`, `1h` or a bare number of seconds.
+    pub fn parse(s: &str) -> Option<Duration> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: f64 = num.parse().ok()?;
+        let secs = match unit.trim() {
+            "" | "s" => n,
+            "ms" => n / 1000.0,
+            "m" | "min" => n * 60.0,
+            "h" => n * 3600.0,
+            _ => return None,
+        };
+        (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    }
+
+    /// Serialize as a string with a unit.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        if d.subsec_nanos() == 0 {
+            s.serialize_str(&format!("{}s", d.as_secs()))
+        } else {
+            s.serialize_str(&format!("{}ms", d.as_millis()))
+        }
+    }
+
+    /// Deserialize from seconds or a string with a unit.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(f64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) if n.is_finite() && n >= 0.0 => Ok(Duration::from_secs_f64(n)),
+            Raw::N(n) => Err(serde::de::Error::custom(format!("invalid duration {n}"))),
+            Raw::S(s) => parse(&s).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "invalid duration {s:?}: use a number of seconds or 500ms, 60s, 5m, 1h"
+                ))
+            }),
+        }
+    }
+}

@@ -6,8 +6,10 @@
 //! - [`volume`]: geometry, superblocks, extent map, allocator and the I/O paths.
 //! - [`nbd`]: the NBD protocol codec and the tokio server.
 
+pub mod clock;
 pub mod config;
 pub mod device;
+pub mod heat;
 pub mod nbd;
 pub mod service;
 pub mod store;
