@@ -14,8 +14,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rand::{RngCore, SeedableRng};
-
 /// How long a daemon may take to start listening.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a daemon may take to exit after SIGTERM.
@@ -201,11 +199,18 @@ pub fn tool(name: &str) -> Command {
     Command::new(require(name))
 }
 
-/// Deterministic pseudo-random bytes.
+/// Deterministic pseudo-random bytes (xorshift64*: cheap even in debug
+/// builds, which matters for tens of MiB).
 pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut v = vec![0u8; len];
-    rng.fill_bytes(&mut v);
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        v.extend_from_slice(&x.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
+    }
+    v.truncate(len);
     v
 }
 
@@ -504,5 +509,22 @@ pub fn assert_same_bytes(what: &str, got: &[u8], want: &[u8]) {
             "{what}: first difference at byte {i} (got {:#04x}, want {:#04x}); {n} differing bytes from there",
             got[i], want[i]
         );
+    }
+}
+
+/// Assert `bytes` are all zero, reporting the first non-zero one.
+pub fn assert_zero(what: &str, bytes: &[u8]) {
+    // Chunked slice comparison (memcmp) rather than a byte loop: fast in
+    // debug builds too.
+    let zero = vec![0u8; MIB as usize];
+    for (n, chunk) in bytes.chunks(zero.len()).enumerate() {
+        if chunk != &zero[..chunk.len()] {
+            let i = chunk.iter().position(|&b| b != 0).expect("non-zero byte");
+            panic!(
+                "{what}: non-zero byte {:#04x} at +{}",
+                chunk[i],
+                n * zero.len() + i
+            );
+        }
     }
 }
