@@ -21,6 +21,8 @@ const SLOW_AT: u64 = 1024 * 1024;
 /// Reads and writes at this offset fail with an I/O error.
 const FAIL_AT: u64 = 2 * 1024 * 1024;
 const SLOW: Duration = Duration::from_millis(400);
+/// Reads at this offset panic inside the export.
+const PANIC_AT: u64 = 3 * 1024 * 1024;
 
 /// A [`MemExport`] with a slow spot and a broken spot.
 struct TestExport {
@@ -49,6 +51,9 @@ impl Export for TestExport {
         }
         if offset == FAIL_AT {
             return Err(io_err());
+        }
+        if offset == PANIC_AT {
+            panic!("injected export panic");
         }
         self.mem.read(offset, buf)
     }
@@ -913,6 +918,7 @@ async fn error_cases(structured: bool) {
             EINVAL,
         ),
         ("device read error", 0, CMD_READ, FAIL_AT, 512, EIO),
+        ("export panic", 0, CMD_READ, PANIC_AT, 512, EIO),
     ];
     for (what, flags, typ, offset, len, errno) in cases {
         let got = c.cmd(flags, typ, cookie, offset, len).await;
@@ -1080,6 +1086,32 @@ async fn shutdown_finishes_in_flight_requests() {
         .unwrap();
     // No longer accepting.
     assert!(TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn connection_limit() {
+    let srv = start_with(
+        Arc::new(MemExport::new(SIZE)),
+        ServerOptions {
+            max_connections: 1,
+            ..opts()
+        },
+    )
+    .await;
+    let mut first = Client::ready(srv.addr, false).await;
+    // The second connection waits in the backlog: no greeting yet.
+    let mut second = Client::connect(srv.addr).await;
+    let mut g = [0u8; 18];
+    let early = tokio::time::timeout(Duration::from_millis(200), second.s.read_exact(&mut g)).await;
+    assert!(early.is_err(), "second connection served beyond the limit");
+    first.request(0, CMD_DISC, 1, 0, 0).await;
+    first.expect_closed().await;
+    tokio::time::timeout(Duration::from_secs(5), second.s.read_exact(&mut g))
+        .await
+        .expect("served once the first is gone")
+        .unwrap();
+    assert_eq!(&g[0..8], b"NBDMAGIC");
+    srv.shutdown().await;
 }
 
 #[tokio::test]

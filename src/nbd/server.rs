@@ -314,11 +314,7 @@ impl Server {
                 async move {
                     let _permit = permit;
                     debug!("connection accepted");
-                    match server.run_connection(stream, stop).await {
-                        Ok(()) => debug!("connection closed"),
-                        Err(ConnectionError::Protocol(e)) => warn!("connection dropped: {e}"),
-                        Err(e) => debug!("connection ended: {e}"),
-                    }
+                    let _ = server.run_connection(stream, stop).await;
                 }
                 .instrument(span),
             );
@@ -336,7 +332,25 @@ impl Server {
         Ok(())
     }
 
+    /// Serve one connection to its end, logging how it ended.
     async fn run_connection<S>(
+        &self,
+        stream: S,
+        stop: watch::Receiver<bool>,
+    ) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let result = self.connection(stream, stop).await;
+        match &result {
+            Ok(()) => debug!("connection closed"),
+            Err(ConnectionError::Protocol(e)) => warn!("NBD protocol error, disconnecting: {e}"),
+            Err(e) => debug!("connection ended: {e}"),
+        }
+        result
+    }
+
+    async fn connection<S>(
         &self,
         mut stream: S,
         mut stop: watch::Receiver<bool>,
@@ -671,25 +685,21 @@ impl Server {
                 debug!("client closed the connection");
                 break;
             }
-            let req = match proto::parse_request(&hdr) {
-                Ok(r) => r,
-                Err(e) => {
-                    warn!("bad request: {e}; disconnecting");
-                    return Err(ConnectionError::Protocol(format!("request header: {e}")));
-                }
-            };
+            let req = proto::parse_request(&hdr).map_err(|e| {
+                ConnectionError::Protocol(format!("request header: {e}; cannot resync"))
+            })?;
             if req.typ == proto::CMD_DISC {
                 debug!("client sent DISC");
                 break;
             }
-            let Ok(count_permit) = count.clone().acquire_owned().await else {
+            let Some(count_permit) = acquire(&count, 1, stop).await else {
                 break;
             };
             let (op, data_bytes) = match self.validate(&req, &session) {
                 Ok(Some(v)) => v,
                 Ok(None) => {
                     // Zero-length request (no payload either): nothing to do.
-                    let Ok(p) = bytes.clone().acquire_many_owned(REQUEST_OVERHEAD).await else {
+                    let Some(p) = acquire(&bytes, REQUEST_OVERHEAD, stop).await else {
                         break;
                     };
                     let head = ok_reply(req.cookie, session.structured);
@@ -715,7 +725,7 @@ impl Server {
                         "request refused: {}",
                         refusal.msg
                     );
-                    let Ok(p) = bytes.clone().acquire_many_owned(REQUEST_OVERHEAD).await else {
+                    let Some(p) = acquire(&bytes, REQUEST_OVERHEAD, stop).await else {
                         break;
                     };
                     let head =
@@ -734,7 +744,7 @@ impl Server {
             };
             // data_bytes <= max_request, validated above, so this fits.
             let cost = REQUEST_OVERHEAD.saturating_add(data_bytes);
-            let Ok(byte_permit) = bytes.clone().acquire_many_owned(cost).await else {
+            let Some(byte_permit) = acquire(&bytes, cost, stop).await else {
                 break;
             };
             let op = match op {
@@ -1153,6 +1163,18 @@ where
 {
     s.write_all(buf).await?;
     s.flush().await
+}
+
+/// Wait for `n` permits of `sem`; `None` if shutdown comes first.
+async fn acquire(
+    sem: &Arc<Semaphore>,
+    n: u32,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<OwnedSemaphorePermit> {
+    tokio::select! {
+        p = Arc::clone(sem).acquire_many_owned(n) => p.ok(),
+        () = wait_stop(stop) => None,
+    }
 }
 
 /// Resolve once `stop` turns true; never if its sender is gone.
