@@ -1115,6 +1115,63 @@ async fn connection_limit() {
 }
 
 #[tokio::test]
+async fn tiny_in_flight_limits_still_progress() {
+    let tight = ServerOptions {
+        max_in_flight: 1,
+        max_in_flight_bytes: 1,
+        max_request: 8192,
+        ..opts()
+    };
+    let srv = start_with(Arc::new(TestExport::new()), tight).await;
+    with_timeout(async {
+        let mut c = Client::ready(srv.addr, true).await;
+        // Pipeline writes, reads, block status and errors without waiting.
+        for i in 0..8u64 {
+            c.write(0, i, i * 8192, &pattern(8192, i as u8)).await;
+        }
+        for i in 0..8u64 {
+            c.request(0, CMD_READ, 10 + i, i * 8192, 8192).await;
+        }
+        c.request(0, CMD_BLOCK_STATUS, 20, 0, SIZE as u32).await;
+        c.request(0, CMD_READ, 21, 0, 8193).await;
+        for i in 0..8u64 {
+            assert_eq!(c.result(i).await.0, 0);
+        }
+        for i in 0..8u64 {
+            assert_eq!(c.result(10 + i).await, (0, pattern(8192, i as u8)));
+        }
+        assert_eq!(c.result(20).await.0, 0);
+        assert_eq!(c.result(21).await.0, EINVAL);
+    })
+    .await;
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_answers_queued_requests_with_eshutdown() {
+    let one = ServerOptions {
+        max_in_flight: 1,
+        ..opts()
+    };
+    let srv = start_with(Arc::new(TestExport::new()), one).await;
+    let mut c = Client::ready(srv.addr, false).await;
+    c.request(0, CMD_READ, 1, SLOW_AT, 512).await;
+    // Waits for the single in-flight slot.
+    c.request(0, CMD_READ, 2, 0, 512).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let Running { stop, task, .. } = srv;
+    let _ = stop.map(|s| s.send(()));
+    assert_eq!(c.result(2).await.0, ESHUTDOWN);
+    assert_eq!(c.result(1).await, (0, vec![0; 512]));
+    c.expect_closed().await;
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("server returns")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
 async fn handshake_timeout() {
     let srv = start_with(
         Arc::new(MemExport::new(SIZE)),
