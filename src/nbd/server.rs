@@ -125,7 +125,8 @@ struct Haggle {
 struct Outgoing {
     head: Vec<u8>,
     data: Option<Vec<u8>>,
-    _permits: Permits,
+    /// `None` only for the last replies sent while shutting down.
+    _permits: Option<Permits>,
 }
 
 struct Permits {
@@ -172,6 +173,14 @@ enum OpOutput {
     Done,
     Data { offset: u64, data: Vec<u8> },
     Status(Vec<Descriptor>),
+}
+
+/// What the reader does with a request once validated.
+enum Next {
+    /// Answer at once with this encoded reply.
+    Reply(Vec<u8>),
+    /// Run this operation holding this many data bytes.
+    Run(Op, u32),
 }
 
 /// A request refused before it reaches the export.
@@ -314,11 +323,7 @@ impl Server {
                 async move {
                     let _permit = permit;
                     debug!("connection accepted");
-                    match server.run_connection(stream, stop).await {
-                        Ok(()) => debug!("connection closed"),
-                        Err(ConnectionError::Protocol(e)) => warn!("connection dropped: {e}"),
-                        Err(e) => debug!("connection ended: {e}"),
-                    }
+                    let _ = server.run_connection(stream, stop).await;
                 }
                 .instrument(span),
             );
@@ -336,7 +341,25 @@ impl Server {
         Ok(())
     }
 
+    /// Serve one connection to its end, logging how it ended.
     async fn run_connection<S>(
+        &self,
+        stream: S,
+        stop: watch::Receiver<bool>,
+    ) -> Result<(), ConnectionError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let result = self.connection(stream, stop).await;
+        match &result {
+            Ok(()) => debug!("connection closed"),
+            Err(ConnectionError::Protocol(e)) => warn!("NBD protocol error, disconnecting: {e}"),
+            Err(e) => debug!("connection ended: {e}"),
+        }
+        result
+    }
+
+    async fn connection<S>(
         &self,
         mut stream: S,
         mut stop: watch::Receiver<bool>,
@@ -651,11 +674,7 @@ impl Server {
     {
         let opts = &self.inner.opts;
         let count = Arc::new(Semaphore::new(opts.max_in_flight.max(1)));
-        let budget = opts
-            .max_in_flight_bytes
-            .max(opts.max_request as usize + REQUEST_OVERHEAD as usize)
-            .min(Semaphore::MAX_PERMITS);
-        let bytes = Arc::new(Semaphore::new(budget));
+        let bytes = Arc::new(Semaphore::new(byte_budget(opts)));
         loop {
             let mut hdr = [0u8; proto::REQUEST_HEADER_LEN];
             let got = tokio::select! {
@@ -671,39 +690,17 @@ impl Server {
                 debug!("client closed the connection");
                 break;
             }
-            let req = match proto::parse_request(&hdr) {
-                Ok(r) => r,
-                Err(e) => {
-                    warn!("bad request: {e}; disconnecting");
-                    return Err(ConnectionError::Protocol(format!("request header: {e}")));
-                }
-            };
+            let req = proto::parse_request(&hdr).map_err(|e| {
+                ConnectionError::Protocol(format!("request header: {e}; cannot resync"))
+            })?;
             if req.typ == proto::CMD_DISC {
                 debug!("client sent DISC");
                 break;
             }
-            let Ok(count_permit) = count.clone().acquire_owned().await else {
-                break;
-            };
-            let (op, data_bytes) = match self.validate(&req, &session) {
-                Ok(Some(v)) => v,
-                Ok(None) => {
-                    // Zero-length request (no payload either): nothing to do.
-                    let Ok(p) = bytes.clone().acquire_many_owned(REQUEST_OVERHEAD).await else {
-                        break;
-                    };
-                    let head = ok_reply(req.cookie, session.structured);
-                    let permits = Permits {
-                        _count: count_permit,
-                        _bytes: p,
-                    };
-                    let _ = tx.send(Outgoing {
-                        head,
-                        data: None,
-                        _permits: permits,
-                    });
-                    continue;
-                }
+            let next = match self.validate(&req, &session) {
+                Ok(Some((op, data_bytes))) => Next::Run(op, data_bytes),
+                // Zero-length request (no payload either): nothing to do.
+                Ok(None) => Next::Reply(ok_reply(req.cookie, session.structured)),
                 Err(refusal) => {
                     if req.typ == proto::CMD_WRITE {
                         discard(&mut rd, u64::from(req.length)).await?;
@@ -715,42 +712,56 @@ impl Server {
                         "request refused: {}",
                         refusal.msg
                     );
-                    let Ok(p) = bytes.clone().acquire_many_owned(REQUEST_OVERHEAD).await else {
-                        break;
-                    };
                     let head =
                         error_reply(req.cookie, session.structured, refusal.errno, refusal.msg);
-                    let permits = Permits {
-                        _count: count_permit,
-                        _bytes: p,
-                    };
+                    Next::Reply(head)
+                }
+            };
+            let cost = match &next {
+                Next::Reply(_) => REQUEST_OVERHEAD,
+                // data_bytes is bounded by validation; the budget covers it.
+                Next::Run(_, data_bytes) => REQUEST_OVERHEAD.saturating_add(*data_bytes),
+            };
+            let permits = acquire(&count, &bytes, cost, stop).await;
+            let stopping = permits.is_none();
+            match (next, permits) {
+                (Next::Reply(head), permits) => {
                     let _ = tx.send(Outgoing {
                         head,
                         data: None,
                         _permits: permits,
                     });
-                    continue;
                 }
-            };
-            // data_bytes <= max_request, validated above, so this fits.
-            let cost = REQUEST_OVERHEAD.saturating_add(data_bytes);
-            let Ok(byte_permit) = bytes.clone().acquire_many_owned(cost).await else {
+                (Next::Run(op, _), Some(permits)) => {
+                    let op = match op {
+                        Op::Write { offset, fua, .. } => {
+                            // Allocated only now: the length passed validation.
+                            let mut data = vec![0u8; req.length as usize];
+                            rd.read_exact(&mut data).await?;
+                            Op::Write { offset, data, fua }
+                        }
+                        other => other,
+                    };
+                    self.spawn_op(op, req.cookie, session.structured, permits, tx.clone());
+                }
+                (Next::Run(op, _), None) => {
+                    // Shutting down while waiting for room: answer, don't run.
+                    if matches!(op, Op::Write { .. }) {
+                        discard(&mut rd, u64::from(req.length)).await?;
+                    }
+                    let msg = "server is shutting down";
+                    let head = error_reply(req.cookie, session.structured, proto::ESHUTDOWN, msg);
+                    let _ = tx.send(Outgoing {
+                        head,
+                        data: None,
+                        _permits: None,
+                    });
+                }
+            }
+            if stopping {
+                debug!("shutdown while requests were queued; no more requests read");
                 break;
-            };
-            let op = match op {
-                Op::Write { offset, fua, .. } => {
-                    // Allocated only now: the length passed validation.
-                    let mut data = vec![0u8; req.length as usize];
-                    rd.read_exact(&mut data).await?;
-                    Op::Write { offset, data, fua }
-                }
-                other => other,
-            };
-            let permits = Permits {
-                _count: count_permit,
-                _bytes: byte_permit,
-            };
-            self.spawn_op(op, req.cookie, session.structured, permits, tx.clone());
+            }
         }
         Ok(())
     }
@@ -931,7 +942,7 @@ impl Server {
                 let _ = tx.send(Outgoing {
                     head,
                     data,
-                    _permits: permits,
+                    _permits: Some(permits),
                 });
             }
             .in_current_span(),
@@ -1155,6 +1166,38 @@ where
     s.flush().await
 }
 
+/// Take one request slot and `cost` bytes of budget, preferring permits that
+/// are available at once; `None` if shutdown comes while waiting.
+async fn acquire(
+    count: &Arc<Semaphore>,
+    bytes: &Arc<Semaphore>,
+    cost: u32,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Permits> {
+    let both = async {
+        let count = Arc::clone(count).acquire_owned().await.ok()?;
+        let bytes = Arc::clone(bytes).acquire_many_owned(cost).await.ok()?;
+        Some(Permits {
+            _count: count,
+            _bytes: bytes,
+        })
+    };
+    tokio::select! {
+        biased;
+        p = both => p,
+        () = wait_stop(stop) => None,
+    }
+}
+
+/// Byte budget of one connection: the configured one, raised so that the
+/// costliest single request always fits (else it would wait forever).
+fn byte_budget(opts: &ServerOptions) -> usize {
+    let largest = (opts.max_request as usize).max(8 * MAX_DESCRIPTORS);
+    opts.max_in_flight_bytes
+        .max(largest + REQUEST_OVERHEAD as usize)
+        .min(Semaphore::MAX_PERMITS)
+}
+
 /// Resolve once `stop` turns true; never if its sender is gone.
 async fn wait_stop(stop: &mut watch::Receiver<bool>) {
     loop {
@@ -1217,6 +1260,23 @@ mod tests {
             runs_to_descriptors(&[run(0, true)], 512, 4),
             vec![Descriptor { len: 512, flags: 0 }]
         );
+    }
+
+    #[test]
+    fn budget_fits_the_costliest_request() {
+        let tiny = ServerOptions {
+            max_request: 4096,
+            max_in_flight_bytes: 1,
+            ..ServerOptions::default()
+        };
+        let need = (8 * MAX_DESCRIPTORS) + REQUEST_OVERHEAD as usize;
+        assert!(byte_budget(&tiny) >= need);
+        let huge = ServerOptions {
+            max_request: u32::MAX,
+            ..ServerOptions::default()
+        };
+        assert!(byte_budget(&huge) >= u32::MAX as usize);
+        assert_eq!(byte_budget(&ServerOptions::default()), 128 << 20);
     }
 
     #[test]
