@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::heat::HeatConfig;
+use crate::migrate::MigrateConfig;
 use crate::volume::{MAX_EXTENT_SIZE, MIN_EXTENT_SIZE};
 
 /// A byte count written as a number or with a unit (`4GiB`, `512k`, `1 MiB`).
@@ -125,6 +127,10 @@ pub struct Config {
     pub export_name: String,
     /// Log filter when RUST_LOG is unset. Default `info`.
     pub log_level: String,
+    /// Heat tracking (`[heat]` table).
+    pub heat: HeatConfig,
+    /// Background migration and placement policy (`[migrate]` table).
+    pub migrate: MigrateConfig,
 }
 
 impl Default for Config {
@@ -143,6 +149,8 @@ impl Default for Config {
             direct_io: false,
             export_name: String::new(),
             log_level: "info".to_string(),
+            heat: HeatConfig::default(),
+            migrate: MigrateConfig::default(),
         }
     }
 }
@@ -162,6 +170,9 @@ pub enum ConfigError {
         problem: String,
     },
 }
+
+/// Tables whose keys are settable as `TIERD_<TABLE>__<KEY>`.
+pub const TABLES: [&str; 2] = ["heat", "migrate"];
 
 /// Keys settable from `TIERD_<KEY>` (upper case, `-` as `_`).
 pub const KEYS: [&str; 13] = [
@@ -195,8 +206,15 @@ impl Config {
         }
         for (k, v) in env {
             if let Some(rest) = k.strip_prefix("TIERD_") {
-                let key = rest.to_ascii_lowercase().replace('_', "-");
-                if KEYS.contains(&key.as_str()) {
+                let key = rest.to_ascii_lowercase();
+                let key = match key.split_once("__") {
+                    Some((table, k)) if TABLES.contains(&table) => {
+                        format!("{table}.{}", k.replace('_', "-"))
+                    }
+                    Some(_) => continue,
+                    None => key.replace('_', "-"),
+                };
+                if KEYS.contains(&key.as_str()) || key.contains('.') {
                     b = b.set_override(key, v)?;
                 }
             }
@@ -243,6 +261,30 @@ impl Config {
                     problem: format!("{v} is too small (at least 8MiB)"),
                 });
             }
+        }
+        let h = &self.heat;
+        if h.half_life.is_zero() || h.coverage_window.is_zero() {
+            return Err(ConfigError::Invalid {
+                key: "heat.half-life",
+                problem: "half-life and coverage-window must be above zero".into(),
+            });
+        }
+        let m = &self.migrate;
+        if m.interval.is_zero() {
+            return Err(ConfigError::Invalid {
+                key: "migrate.interval",
+                problem: "must be above zero".into(),
+            });
+        }
+        let p = &m.policy;
+        if !(p.promote_margin >= 0.0 && p.promote_margin_abs >= 0.0 && p.promote_min_score >= 0.0)
+            || !m.reserve_boost.is_finite()
+            || m.reserve_boost < 0.0
+        {
+            return Err(ConfigError::Invalid {
+                key: "migrate",
+                problem: "scores, margins and reserve-boost must be finite and not negative".into(),
+            });
         }
         if tracing_level_ok(&self.log_level).is_err() {
             return Err(ConfigError::Invalid {

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod device;
 pub mod heat;
+pub mod migrate;
 pub mod nbd;
 pub mod service;
 pub mod store;

@@ -13,9 +13,10 @@ use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::device::{BlockDevice, FileDevice};
+use crate::migrate::Migrator;
 use crate::nbd::{Server, ServerOptions};
 use crate::store::{MetaStore, SledStore, StoreError};
-use crate::volume::{Devices, FormatOptions, Geometry, Volume, VolumeError};
+use crate::volume::{Devices, FormatOptions, Geometry, Volume, VolumeError, VolumeOptions};
 
 /// Errors of preparing and running the service.
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +163,14 @@ pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
     }
     let devices = open_devices(cfg)?;
     let store: Arc<dyn MetaStore> = open_store(cfg)?;
-    Ok((Arc::new(Volume::open(devices, store)?), formatted))
+    let opts = VolumeOptions {
+        heat: cfg.heat,
+        ..VolumeOptions::default()
+    };
+    Ok((
+        Arc::new(Volume::open_with(devices, store, opts)?),
+        formatted,
+    ))
 }
 
 /// Serve `volume` over NBD on the configured endpoints until `shutdown`
@@ -178,6 +186,17 @@ pub async fn run(
         ..ServerOptions::default()
     };
     let server = Server::new(volume.clone(), opts);
+    let migrator = Arc::new(Migrator::new(volume.clone(), cfg.migrate));
+    let worker = if cfg.migrate.enabled {
+        Some(
+            migrator
+                .spawn()
+                .map_err(io_ctx("starting the migration thread"))?,
+        )
+    } else {
+        info!("background migration is disabled");
+        None
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -236,6 +255,12 @@ pub async fn run(
     }
     if let Some(path) = &cfg.unix {
         let _ = std::fs::remove_file(path);
+    }
+    if let Some(w) = worker {
+        // Finishes its current move and saves heat.
+        tokio::task::spawn_blocking(move || w.stop())
+            .await
+            .map_err(|e| ServiceError::Refused(format!("stopping the migrator: {e}")))?;
     }
     let v = volume.clone();
     tokio::task::spawn_blocking(move || v.flush())

@@ -1,14 +1,18 @@
-//! [`MemDevice`]: a device held in memory, for tests.
+//! [`MemDevice`]: a device held in memory, for tests. It keeps the durable
+//! image (as of the last sync) apart from the live one, so a test can cut
+//! the power and lose every write not yet synced.
 
 use std::io;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::{check_range, BlockDevice};
 
 /// An in-memory device; its contents are lost when dropped.
 pub struct MemDevice {
     data: RwLock<Vec<u8>>,
+    /// The image as of the last sync, when power cuts are simulated.
+    durable: Mutex<Option<Vec<u8>>>,
 }
 
 impl MemDevice {
@@ -16,12 +20,27 @@ impl MemDevice {
     pub fn new(size: u64) -> Self {
         MemDevice {
             data: RwLock::new(vec![0; size as usize]),
+            durable: Mutex::new(None),
         }
     }
 
-    /// A copy of the whole contents.
+    /// A device that keeps a durable image for [`MemDevice::power_cut`].
+    pub fn with_power_model(size: u64) -> Self {
+        let d = Self::new(size);
+        *d.durable.lock() = Some(vec![0; size as usize]);
+        d
+    }
+
+    /// A copy of the whole live contents.
     pub fn snapshot(&self) -> Vec<u8> {
         self.data.read().clone()
+    }
+
+    /// Lose every write since the last sync (needs the power model).
+    pub fn power_cut(&self) {
+        if let Some(d) = self.durable.lock().as_ref() {
+            self.data.write().clone_from(d);
+        }
     }
 }
 
@@ -47,6 +66,9 @@ impl BlockDevice for MemDevice {
     }
 
     fn sync(&self) -> io::Result<()> {
+        if let Some(d) = self.durable.lock().as_mut() {
+            d.clone_from(&self.data.read());
+        }
         Ok(())
     }
 

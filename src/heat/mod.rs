@@ -19,17 +19,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-/// What the protocol layer knows about a request's place in a stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct IoHint {
-    /// Bytes of contiguous I/O this connection's stream has done up to and
-    /// including this request (0 when unknown).
-    pub seq_run: u64,
-}
+use crate::config::ByteSize;
+
+pub use crate::nbd::IoHint;
 
 /// Heat knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case", default)]
 pub struct HeatConfig {
     /// Half-life of an extent's score.
     #[serde(with = "crate::config::duration_secs")]
@@ -40,7 +36,7 @@ pub struct HeatConfig {
     pub coverage_window: Duration,
     /// A stream longer than this many contiguous bytes is sequential: it earns
     /// no heat.
-    pub sequential_cutoff: u64,
+    pub sequential_cutoff: ByteSize,
 }
 
 impl Default for HeatConfig {
@@ -48,7 +44,7 @@ impl Default for HeatConfig {
         HeatConfig {
             half_life: Duration::from_secs(60),
             coverage_window: Duration::from_secs(60),
-            sequential_cutoff: 4 << 20,
+            sequential_cutoff: ByteSize(4 << 20),
         }
     }
 }
@@ -118,7 +114,7 @@ impl HeatMap {
 
     /// Whether a request with this hint is part of a long sequential stream.
     pub fn is_sequential(&self, hint: IoHint) -> bool {
-        hint.seq_run > self.cfg.sequential_cutoff
+        hint.seq_run > self.cfg.sequential_cutoff.0
     }
 
     /// Record one request over `[offset, offset+len)` (already range-checked).

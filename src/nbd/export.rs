@@ -46,6 +46,14 @@ impl ExportError {
     }
 }
 
+/// What the protocol layer knows about a request's place in a stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoHint {
+    /// Bytes of contiguous I/O this connection's stream has done up to and
+    /// including this request (0 when unknown).
+    pub seq_run: u64,
+}
+
 /// One run of a block-status answer for `base:allocation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatusRun {
@@ -67,6 +75,20 @@ pub trait Export: Send + Sync + 'static {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError>;
     /// Store `data` at `offset`; with `fua` it is durable before returning.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError>;
+    /// [`Export::read`] with the connection's stream hint.
+    fn read_hinted(&self, offset: u64, buf: &mut [u8], _hint: IoHint) -> Result<(), ExportError> {
+        self.read(offset, buf)
+    }
+    /// [`Export::write`] with the connection's stream hint.
+    fn write_hinted(
+        &self,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+        _hint: IoHint,
+    ) -> Result<(), ExportError> {
+        self.write(offset, data, fua)
+    }
     /// Make every write acknowledged so far durable.
     fn flush(&self) -> Result<(), ExportError>;
     /// Discard a range (its contents become unspecified; tierd makes them zero).

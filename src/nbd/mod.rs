@@ -9,5 +9,5 @@ pub mod export;
 pub mod proto;
 pub mod server;
 
-pub use export::{Export, ExportError, MemExport, StatusRun};
+pub use export::{Export, ExportError, IoHint, MemExport, StatusRun};
 pub use server::{ConnectionError, Server, ServerOptions};

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, warn, Instrument};
 
-use super::export::{Export, ExportError, StatusRun};
+use super::export::{Export, ExportError, IoHint, StatusRun};
 use super::proto::{self, Descriptor, OptionHeader, Request};
 
 /// Options longer than [`proto::MAX_OPTION_LEN`] but at most this long are
@@ -134,16 +134,56 @@ struct Permits {
     _bytes: OwnedSemaphorePermit,
 }
 
+/// Streams tracked per connection for sequential detection.
+const STREAMS: usize = 4;
+
+/// The last few contiguous streams of one connection: for each, where its
+/// next request would start and how many bytes it has run so far. Requests
+/// are observed in the order the client sent them, so this is exact.
+#[derive(Default)]
+struct Streams {
+    /// (next offset, run length, last use), most recent use wins.
+    slots: [(u64, u64, u64); STREAMS],
+    clock: u64,
+}
+
+impl Streams {
+    /// Account a READ or WRITE and return its hint.
+    fn observe(&mut self, offset: u64, len: u64) -> IoHint {
+        self.clock += 1;
+        let end = offset.saturating_add(len);
+        let slot = match self.slots.iter().position(|s| s.0 == offset && s.1 > 0) {
+            Some(i) => {
+                self.slots[i].1 = self.slots[i].1.saturating_add(len);
+                i
+            }
+            None => {
+                // Replace the least recently used stream.
+                let i = (0..STREAMS).min_by_key(|i| self.slots[*i].2).unwrap_or(0);
+                self.slots[i].1 = len;
+                i
+            }
+        };
+        self.slots[slot].0 = end;
+        self.slots[slot].2 = self.clock;
+        IoHint {
+            seq_run: self.slots[slot].1,
+        }
+    }
+}
+
 /// A validated request ready to run against the export.
 enum Op {
     Read {
         offset: u64,
         len: u32,
+        hint: IoHint,
     },
     Write {
         offset: u64,
         data: Vec<u8>,
         fua: bool,
+        hint: IoHint,
     },
     Flush,
     Trim {
@@ -675,6 +715,7 @@ impl Server {
         let opts = &self.inner.opts;
         let count = Arc::new(Semaphore::new(opts.max_in_flight.max(1)));
         let bytes = Arc::new(Semaphore::new(byte_budget(opts)));
+        let mut streams = Streams::default();
         loop {
             let mut hdr = [0u8; proto::REQUEST_HEADER_LEN];
             let got = tokio::select! {
@@ -738,7 +779,17 @@ impl Server {
                             // Allocated only now: the length passed validation.
                             let mut data = vec![0u8; req.length as usize];
                             rd.read_exact(&mut data).await?;
-                            Op::Write { offset, data, fua }
+                            let hint = streams.observe(offset, u64::from(req.length));
+                            Op::Write {
+                                offset,
+                                data,
+                                fua,
+                                hint,
+                            }
+                        }
+                        Op::Read { offset, len, .. } => {
+                            let hint = streams.observe(offset, u64::from(len));
+                            Op::Read { offset, len, hint }
                         }
                         other => other,
                     };
@@ -800,7 +851,14 @@ impl Server {
                 if len == 0 {
                     return Ok(None);
                 }
-                Ok(Some((Op::Read { offset, len }, len)))
+                Ok(Some((
+                    Op::Read {
+                        offset,
+                        len,
+                        hint: IoHint::default(),
+                    },
+                    len,
+                )))
             }
             proto::CMD_WRITE => {
                 if !flags_ok(CMD_FLAG_FUA) {
@@ -822,6 +880,7 @@ impl Server {
                     offset,
                     data: Vec::new(),
                     fua,
+                    hint: IoHint::default(),
                 };
                 Ok(Some((op, len)))
             }
@@ -965,14 +1024,19 @@ fn reply_err(out: &mut Vec<u8>, option: u32, reply_type: u32, msg: &str) {
 /// Run one validated request on the export (on a blocking thread).
 fn run_op(export: &dyn Export, op: Op) -> Result<OpOutput, ExportError> {
     match op {
-        Op::Read { offset, len } => {
+        Op::Read { offset, len, hint } => {
             let mut data = vec![0u8; len as usize];
-            export.read(offset, &mut data)?;
+            export.read_hinted(offset, &mut data, hint)?;
             Ok(OpOutput::Data { offset, data })
         }
-        Op::Write { offset, data, fua } => {
-            export.write(offset, &data, fua).map(|()| OpOutput::Done)
-        }
+        Op::Write {
+            offset,
+            data,
+            fua,
+            hint,
+        } => export
+            .write_hinted(offset, &data, fua, hint)
+            .map(|()| OpOutput::Done),
         Op::Flush => export.flush().map(|()| OpOutput::Done),
         Op::Trim { offset, len, fua } => export
             .trim(offset, u64::from(len), fua)
@@ -1207,6 +1271,24 @@ async fn wait_stop(stop: &mut watch::Receiver<bool>) {
         if stop.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_requests_grow_a_run_and_interleaved_streams_are_kept_apart() {
+        let mut s = Streams::default();
+        assert_eq!(s.observe(0, 4096).seq_run, 4096);
+        assert_eq!(s.observe(4096, 4096).seq_run, 8192);
+        // Another stream interleaved with the first.
+        assert_eq!(s.observe(1 << 30, 4096).seq_run, 4096);
+        assert_eq!(s.observe(8192, 4096).seq_run, 12288);
+        assert_eq!(s.observe((1 << 30) + 4096, 4096).seq_run, 8192);
+        // A random jump starts over.
+        assert_eq!(s.observe(77 * 4096, 4096).seq_run, 4096);
     }
 }
 

@@ -1,4 +1,6 @@
-//! [`MemStore`]: an in-memory metadata store for tests.
+//! [`MemStore`]: an in-memory metadata store for tests. Like
+//! [`crate::device::MemDevice`] it can simulate a power cut: everything
+//! written since the last flush is lost.
 
 use std::collections::BTreeMap;
 
@@ -11,12 +13,30 @@ use super::{MetaStore, StoreResult};
 pub struct MemStore {
     keys: Mutex<BTreeMap<String, Vec<u8>>>,
     extents: Mutex<BTreeMap<u64, Vec<u8>>>,
+    /// State as of the last flush.
+    durable: Mutex<Durable>,
+    /// Flushes so far.
+    flushes: std::sync::atomic::AtomicU64,
 }
+
+type Durable = (BTreeMap<String, Vec<u8>>, BTreeMap<u64, Vec<u8>>);
 
 impl MemStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Lose everything written since the last flush.
+    pub fn power_cut(&self) {
+        let d = self.durable.lock();
+        *self.keys.lock() = d.0.clone();
+        *self.extents.lock() = d.1.clone();
+    }
+
+    /// Flushes so far.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -50,6 +70,11 @@ impl MetaStore for MemStore {
     }
 
     fn flush(&self) -> StoreResult<()> {
+        let mut d = self.durable.lock();
+        d.0 = self.keys.lock().clone();
+        d.1 = self.extents.lock().clone();
+        self.flushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

@@ -9,10 +9,30 @@
 
 use std::sync::atomic::Ordering;
 
+use std::sync::atomic::AtomicUsize;
+
 use super::extent::{Loc, Mapping, Written};
 use super::geometry::{Tier, BLOCK_SIZE};
+use super::stats::Stats;
 use super::{io_err, Volume, VolumeError, VolumeResult};
+use crate::heat::IoHint;
 use crate::nbd::{Export, ExportError, StatusRun};
+
+/// Counts a foreground request in progress for as long as it lives.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn new(c: &'a AtomicUsize) -> Self {
+        c.fetch_add(1, Ordering::Relaxed);
+        InFlight(c)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// One extent's share of a request.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +48,7 @@ struct Piece {
 }
 
 impl Volume {
-    fn check(&self, offset: u64, len: u64) -> VolumeResult<()> {
+    pub(crate) fn check(&self, offset: u64, len: u64) -> VolumeResult<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.size() => Ok(()),
             _ => Err(VolumeError::OutOfRange {
@@ -68,19 +88,26 @@ impl Volume {
     /// Read `buf.len()` bytes at `offset`. Unmapped space and unwritten
     /// blocks read as zeros without touching a device.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> VolumeResult<()> {
+        self.read_hinted(offset, buf, IoHint::default())
+    }
+
+    /// [`Volume::read`] with the protocol layer's stream hint (for heat).
+    pub fn read_hinted(&self, offset: u64, buf: &mut [u8], hint: IoHint) -> VolumeResult<()> {
         self.check(offset, buf.len() as u64)?;
+        let _inflight = InFlight::new(&self.inflight);
+        self.heat.record(offset, buf.len() as u64, hint);
         for p in self.pieces(offset, buf.len() as u64) {
             let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
             let guard = self.slot_lock(p.extent).read();
             let Some(m) = guard.as_ref() else {
+                Stats::add(&self.stats.read_unmapped, 1);
                 dst.fill(0);
                 continue;
             };
-            let dev = self.devices.get(m.loc.tier);
+            Stats::add(&self.stats.read_hits[m.loc.tier.index()], 1);
             let base = self.geo.slot_offset(m.loc.slot);
             if let Written::Full = m.written {
-                dev.read_at(dst, base + p.start)
-                    .map_err(io_err(dev.as_ref()))?;
+                self.device_read(m.loc.tier, dst, base + p.start)?;
                 continue;
             }
             let (first, last) = block_span(p.start, p.len);
@@ -89,7 +116,7 @@ impl Volume {
                 let hi = (u64::from(b + n) * BLOCK_SIZE).min(p.start + p.len);
                 let part = &mut dst[(lo - p.start) as usize..(hi - p.start) as usize];
                 if written {
-                    dev.read_at(part, base + lo).map_err(io_err(dev.as_ref()))?;
+                    self.device_read(m.loc.tier, part, base + lo)?;
                 } else {
                     part.fill(0);
                 }
@@ -100,7 +127,20 @@ impl Volume {
 
     /// Write `data` at `offset`; with `fua`, durable before returning.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> VolumeResult<()> {
+        self.write_hinted(offset, data, fua, IoHint::default())
+    }
+
+    /// [`Volume::write`] with the protocol layer's stream hint (for heat).
+    pub fn write_hinted(
+        &self,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+        hint: IoHint,
+    ) -> VolumeResult<()> {
         self.check(offset, data.len() as u64)?;
+        let _inflight = InFlight::new(&self.inflight);
+        self.heat.record(offset, data.len() as u64, hint);
         for p in self.pieces(offset, data.len() as u64) {
             self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize])?;
         }
@@ -117,15 +157,19 @@ impl Volume {
             let guard = self.slot_lock(p.extent).read();
             if let Some(m) = guard.as_ref() {
                 if m.written.all(first, last) {
+                    // Bumped before the data changes: a migration copying
+                    // this extent will see it and not commit a stale copy.
+                    self.bump(p.extent);
                     return self.device_write(m.loc, p.start, data);
                 }
             }
         }
         let mut guard = self.slot_lock(p.extent).write();
+        self.bump(p.extent);
         let (mut m, fresh) = match guard.take() {
             Some(m) => (m, false),
             None => {
-                let loc = self.allocate()?;
+                let loc = self.allocate(p.extent)?;
                 let written = Written::empty(self.geo.blocks_per_extent());
                 (Mapping { loc, written }, true)
             }
@@ -179,29 +223,57 @@ impl Volume {
         Ok(())
     }
 
-    fn device_write(&self, loc: Loc, start: u64, data: &[u8]) -> VolumeResult<()> {
-        let dev = self.devices.get(loc.tier);
-        dev.write_at(data, self.geo.slot_offset(loc.slot) + start)
-            .map_err(io_err(dev.as_ref()))?;
-        self.dirty[loc.tier.index()].store(true, Ordering::Release);
+    fn bump(&self, extent: u64) {
+        if let Some(g) = self.gens.get(extent as usize) {
+            g.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn device_read(&self, tier: Tier, buf: &mut [u8], offset: u64) -> VolumeResult<()> {
+        let dev = self.devices.get(tier);
+        let i = tier.index();
+        if let Err(e) = dev.read_at(buf, offset) {
+            Stats::add(&self.stats.dev_errors[i], 1);
+            return Err(io_err(dev.as_ref())(e));
+        }
+        Stats::add(&self.stats.dev_reads[i], 1);
+        Stats::add(&self.stats.dev_read_bytes[i], buf.len() as u64);
         Ok(())
     }
 
-    /// A free slot: on the SSD while it has one (the reserve exists to take
-    /// exactly these writes), else on the HDD.
-    fn allocate(&self) -> VolumeResult<Loc> {
-        const ORDER: [Tier; 2] = [Tier::Ssd, Tier::Hdd];
-        if let Some(loc) = self.alloc.alloc(&ORDER) {
-            return Ok(loc);
+    fn device_write(&self, loc: Loc, start: u64, data: &[u8]) -> VolumeResult<()> {
+        let dev = self.devices.get(loc.tier);
+        let i = loc.tier.index();
+        if let Err(e) = dev.write_at(data, self.geo.slot_offset(loc.slot) + start) {
+            Stats::add(&self.stats.dev_errors[i], 1);
+            return Err(io_err(dev.as_ref())(e));
         }
-        if self.alloc.quarantined() > 0 {
+        Stats::add(&self.stats.dev_writes[i], 1);
+        Stats::add(&self.stats.dev_write_bytes[i], data.len() as u64);
+        self.dirty[i].store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// A free slot for a new extent: on the SSD while it has one (the
+    /// reserve exists to take exactly these writes), else on the HDD; an
+    /// extent pinned to the HDD starts there.
+    fn allocate(&self, extent: u64) -> VolumeResult<Loc> {
+        let order = match self.pin_of(extent) {
+            Some(Tier::Hdd) => [Tier::Hdd, Tier::Ssd],
+            _ => [Tier::Ssd, Tier::Hdd],
+        };
+        let mut got = self.alloc.alloc(&order);
+        if got.is_none() && self.alloc.quarantined() > 0 {
             // Freed slots become reusable once their unmapping is durable.
             self.flush()?;
-            if let Some(loc) = self.alloc.alloc(&ORDER) {
-                return Ok(loc);
-            }
+            got = self.alloc.alloc(&order);
         }
-        Err(VolumeError::NoSpace)
+        let loc = got.ok_or(VolumeError::NoSpace)?;
+        Stats::add(&self.stats.allocations[loc.tier.index()], 1);
+        if loc.tier == Tier::Hdd && order[0] == Tier::Ssd {
+            Stats::add(&self.stats.spills, 1);
+        }
+        Ok(loc)
     }
 
     /// Discard (`zero == false`) or zero (`zero == true`) a range. Whole
@@ -218,6 +290,7 @@ impl Volume {
         fua: bool,
     ) -> VolumeResult<()> {
         self.check(offset, len)?;
+        let _inflight = InFlight::new(&self.inflight);
         for p in self.pieces(offset, len) {
             self.discard_piece(p, zero, keep_allocated)?;
         }
@@ -232,6 +305,7 @@ impl Volume {
         let Some(mut m) = guard.take() else {
             return Ok(());
         };
+        self.bump(p.extent);
         let whole = p.len == self.geo.extent_size;
         let blocks = self.geo.blocks_per_extent();
         let before = m.written.clone();
@@ -273,6 +347,7 @@ impl Volume {
         self.meta_dirty.store(true, Ordering::Release);
         if unmap {
             self.alloc.free_deferred(m.loc);
+            self.heat.clear(p.extent);
         } else {
             *guard = Some(m);
         }
@@ -388,6 +463,20 @@ impl Export for Volume {
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
         Ok(Volume::write(self, offset, data, fua)?)
+    }
+
+    fn read_hinted(&self, offset: u64, buf: &mut [u8], hint: IoHint) -> Result<(), ExportError> {
+        Ok(Volume::read_hinted(self, offset, buf, hint)?)
+    }
+
+    fn write_hinted(
+        &self,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+        hint: IoHint,
+    ) -> Result<(), ExportError> {
+        Ok(Volume::write_hinted(self, offset, data, fua, hint)?)
     }
 
     fn flush(&self) -> Result<(), ExportError> {

@@ -10,7 +10,12 @@ mod alloc;
 mod extent;
 mod geometry;
 mod io;
+mod mover;
+mod stats;
 mod superblock;
+
+pub use mover::{MoveOutcome, MoveRecord, MoveStep, Pin, Placement};
+pub use stats::Stats;
 
 pub use extent::{Loc, Mapping, RecordError, Written};
 pub use geometry::{
@@ -19,19 +24,42 @@ pub use geometry::{
 };
 pub use superblock::{detect_content, Superblock, SuperblockError, FORMAT_VERSION, PROBE_SIZE};
 
-use std::sync::atomic::AtomicBool;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 use uuid::Uuid;
 
+use crate::clock::{Clock, SystemClock};
 use crate::device::BlockDevice;
+use crate::heat::{HeatConfig, HeatMap};
 use crate::store::{MetaStore, StoreError, FORMAT_VERSION_KEY};
 use alloc::Allocator;
 
 const VOLUME_ID_KEY: &str = "volume-id";
 const GEOMETRY_KEY: &str = "geometry";
+const PINS_KEY: &str = "pins";
+const HEAT_KEY: &str = "heat";
+
+/// Options of [`Volume::open_with`].
+#[derive(Clone)]
+pub struct VolumeOptions {
+    /// Heat tracking knobs.
+    pub heat: HeatConfig,
+    /// The clock heat and migration run on.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for VolumeOptions {
+    fn default() -> Self {
+        VolumeOptions {
+            heat: HeatConfig::default(),
+            clock: Arc::new(SystemClock::default()),
+        }
+    }
+}
 
 /// Errors of formatting, opening and using a volume.
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +162,9 @@ pub enum VolumeError {
         /// Volume size.
         size: u64,
     },
+    /// A pin that cannot be honoured.
+    #[error("cannot pin: {0}")]
+    Pin(String),
     /// No slot left anywhere (cannot happen while the geometry holds).
     #[error("no free extent slot on either device")]
     NoSpace,
@@ -216,6 +247,20 @@ pub struct Volume {
     meta_dirty: AtomicBool,
     /// Serialises flushes.
     flush_lock: Mutex<()>,
+    /// Per extent: bumped before every change of its data or mapping, so a
+    /// migration can tell whether its copy is still current.
+    gens: Box<[AtomicU32]>,
+    /// Heat of every extent.
+    heat: HeatMap,
+    clock: Arc<dyn Clock>,
+    /// Pins, later entries overriding earlier ones.
+    pins: RwLock<Vec<Pin>>,
+    /// The last move of each extent that moved since start.
+    moves: Mutex<HashMap<u64, MoveRecord>>,
+    /// Foreground requests in progress.
+    inflight: AtomicUsize,
+    /// Counters for metrics.
+    stats: Stats,
 }
 
 fn now_secs() -> u64 {
@@ -285,6 +330,15 @@ impl Volume {
     /// Open a formatted volume, checking that the devices are the right ones
     /// and in the right roles.
     pub fn open(devices: Devices, store: Arc<dyn MetaStore>) -> VolumeResult<Self> {
+        Self::open_with(devices, store, VolumeOptions::default())
+    }
+
+    /// [`Volume::open`] with explicit heat options and clock.
+    pub fn open_with(
+        devices: Devices,
+        store: Arc<dyn MetaStore>,
+        opts: VolumeOptions,
+    ) -> VolumeResult<Self> {
         let version = store
             .get(FORMAT_VERSION_KEY)?
             .ok_or_else(|| VolumeError::NotFormatted("the metadata store".into()))?;
@@ -395,6 +449,21 @@ impl Volume {
             [geo.ssd_slots, geo.hdd_slots],
             map.iter().filter_map(|e| e.read().as_ref().map(|m| m.loc)),
         );
+        let pins: Vec<Pin> = match store.get(PINS_KEY)? {
+            Some(raw) => serde_json::from_slice(&raw)
+                .map_err(|e| VolumeError::Corrupt(format!("pins: {e}")))?,
+            None => Vec::new(),
+        };
+        let heat = HeatMap::new(
+            opts.heat,
+            logical,
+            geo.extent_size,
+            BLOCK_SIZE,
+            opts.clock.now(),
+        );
+        if let Some(raw) = store.get(HEAT_KEY)? {
+            heat.restore(&raw);
+        }
         Ok(Volume {
             geo,
             id,
@@ -405,6 +474,13 @@ impl Volume {
             dirty: [AtomicBool::new(false), AtomicBool::new(false)],
             meta_dirty: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
+            gens: (0..logical).map(|_| AtomicU32::new(0)).collect(),
+            heat,
+            clock: opts.clock,
+            pins: RwLock::new(pins),
+            moves: Mutex::new(HashMap::new()),
+            inflight: AtomicUsize::new(0),
+            stats: Stats::default(),
         })
     }
 
@@ -426,6 +502,40 @@ impl Volume {
     /// Where a logical extent lives now, if mapped.
     pub fn mapping(&self, extent: u64) -> Option<Mapping> {
         self.map.get(extent as usize).and_then(|e| e.read().clone())
+    }
+
+    /// The heat map.
+    pub fn heat(&self) -> &HeatMap {
+        &self.heat
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Foreground requests in progress.
+    pub fn inflight(&self) -> usize {
+        self.inflight.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Free slots on a tier (not counting slots awaiting a flush).
+    pub fn free_slots(&self, tier: Tier) -> u32 {
+        self.alloc.free_count(tier)
+    }
+
+    /// Save the heat scores in the metadata store (made durable by the next
+    /// flush). Heat is advisory: losing recent heat in a crash is accepted.
+    pub fn save_heat(&self) -> VolumeResult<()> {
+        self.store.put(HEAT_KEY, &self.heat.snapshot())?;
+        self.meta_dirty
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(())
     }
 
     /// Counts of mapped and free slots.

@@ -1,0 +1,306 @@
+//! The migration worker: each round it ticks the heat map, asks the policy
+//! for moves and carries them out with the volume's crash-safe copy protocol,
+//! paced by a token bucket and backing off while foreground I/O is busy. In
+//! the daemon it runs on its own thread; tests and the virtual-time
+//! benchmark call [`Migrator::run_round`] directly with a manual clock.
+//!
+//! An error or a panic in a round never stops serving: the extent stays where
+//! it was, the failure is logged and counted, and a later round retries.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tracing::{debug, error, warn};
+
+use super::bucket::TokenBucket;
+use super::policy::{plan, PlanInput, PolicyConfig, Reason};
+use crate::config::ByteSize;
+use crate::volume::{MoveOutcome, Stats, Tier, Volume};
+
+/// Migration knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", default)]
+pub struct MigrateConfig {
+    /// Run the background migrator at all.
+    pub enabled: bool,
+    /// Time between planning rounds.
+    #[serde(with = "crate::config::duration_secs")]
+    pub interval: Duration,
+    /// Background copy bandwidth cap in bytes/s (0: unlimited).
+    pub bandwidth: ByteSize,
+    /// Reserve refills may go faster: up to this many times the recent
+    /// foreground write rate, when that exceeds `bandwidth`.
+    pub reserve_boost: f64,
+    /// Foreground requests in flight at or above which migration waits.
+    pub busy_inflight: usize,
+    /// Longest wait for foreground I/O to calm down before one move.
+    #[serde(with = "crate::config::duration_secs")]
+    pub max_backoff: Duration,
+    /// How often heat scores are saved to the metadata store.
+    #[serde(with = "crate::config::duration_secs")]
+    pub heat_save_interval: Duration,
+    /// The placement policy.
+    #[serde(flatten)]
+    pub policy: PolicyConfig,
+}
+
+impl Default for MigrateConfig {
+    fn default() -> Self {
+        MigrateConfig {
+            enabled: true,
+            interval: Duration::from_secs(1),
+            bandwidth: ByteSize(128 << 20),
+            reserve_boost: 2.0,
+            busy_inflight: 16,
+            max_backoff: Duration::from_millis(500),
+            heat_save_interval: Duration::from_secs(300),
+            policy: PolicyConfig::default(),
+        }
+    }
+}
+
+/// What one round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RoundReport {
+    /// Moves the policy asked for.
+    pub planned: usize,
+    /// Moves done.
+    pub moved: usize,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Moves with nothing to do or no room.
+    pub skipped: usize,
+    /// Moves abandoned because the extent kept changing.
+    pub raced: usize,
+    /// Moves that failed with an error.
+    pub errors: usize,
+}
+
+/// Plans and performs migrations for one volume.
+pub struct Migrator {
+    vol: Arc<Volume>,
+    cfg: Mutex<MigrateConfig>,
+    bucket: Mutex<TokenBucket>,
+    reserve_bucket: Mutex<TokenBucket>,
+    paused: AtomicBool,
+    /// Foreground bytes written at the last round and when.
+    last_written: Mutex<(u64, Duration)>,
+    rounds: AtomicU64,
+    panics: AtomicU64,
+}
+
+/// The running background thread.
+pub struct MigratorHandle {
+    tx: mpsc::Sender<Signal>,
+    thread: Option<JoinHandle<()>>,
+}
+
+enum Signal {
+    Wake,
+    Stop,
+}
+
+impl MigratorHandle {
+    /// Start a round now instead of at the next interval.
+    pub fn wake(&self) {
+        let _ = self.tx.send(Signal::Wake);
+    }
+
+    /// Stop the thread (after its current move) and wait for it.
+    pub fn stop(mut self) {
+        let _ = self.tx.send(Signal::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn written_bytes(vol: &Volume) -> u64 {
+    let s = vol.stats();
+    Stats::get(&s.dev_write_bytes[0]) + Stats::get(&s.dev_write_bytes[1])
+}
+
+impl Migrator {
+    /// A migrator for `vol`.
+    pub fn new(vol: Arc<Volume>, cfg: MigrateConfig) -> Self {
+        let now = vol.clock().now();
+        let burst = vol.geometry().extent_size.max(1 << 20);
+        let written = written_bytes(&vol);
+        Migrator {
+            bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
+            reserve_bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
+            vol,
+            cfg: Mutex::new(cfg),
+            paused: AtomicBool::new(false),
+            last_written: Mutex::new((written, now)),
+            rounds: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> MigrateConfig {
+        *self.cfg.lock()
+    }
+
+    /// Replace the configuration (policy knobs, bandwidth) live.
+    pub fn set_config(&self, cfg: MigrateConfig) {
+        self.bucket.lock().set_rate(cfg.bandwidth.0);
+        *self.cfg.lock() = cfg;
+    }
+
+    /// Pause or resume migration.
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Relaxed);
+    }
+
+    /// Whether migration is paused.
+    pub fn paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Rounds run so far.
+    pub fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Relaxed)
+    }
+
+    /// Rounds that panicked.
+    pub fn panics(&self) -> u64 {
+        self.panics.load(Ordering::Relaxed)
+    }
+
+    /// One round: tick heat, plan, move. `sleep` is how pacing waits (the
+    /// real `thread::sleep` in the daemon; a no-op with a manual clock).
+    pub fn run_round(&self, sleep: &dyn Fn(Duration)) -> RoundReport {
+        let cfg = self.config();
+        let vol = &self.vol;
+        let now = vol.clock().now();
+        vol.heat().tick(now);
+        self.rounds.fetch_add(1, Ordering::Relaxed);
+        // Recent foreground write rate, for the reserve's pace.
+        let write_rate = {
+            let mut last = self.last_written.lock();
+            let w = written_bytes(vol);
+            let dt = now.saturating_sub(last.1).as_secs_f64();
+            let rate = if dt > 0.0 {
+                (w.saturating_sub(last.0)) as f64 / dt
+            } else {
+                0.0
+            };
+            *last = (w, now);
+            rate
+        };
+        {
+            let boosted = (cfg.reserve_boost * write_rate) as u64;
+            let rate = if cfg.bandwidth.0 == 0 {
+                0
+            } else {
+                cfg.bandwidth.0.max(boosted)
+            };
+            self.reserve_bucket.lock().set_rate(rate);
+        }
+        let mut report = RoundReport::default();
+        if self.paused() {
+            return report;
+        }
+        let geo = *vol.geometry();
+        let input = PlanInput {
+            candidates: vol.candidates(),
+            ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
+            reserve: u64::from(geo.reserve_extents),
+            blocks_per_extent: geo.blocks_per_extent(),
+        };
+        let moves = plan(&cfg.policy, &input);
+        report.planned = moves.len();
+        for mv in moves {
+            if self.paused() {
+                break;
+            }
+            // Yield to foreground I/O.
+            let mut waited = Duration::ZERO;
+            while vol.inflight() >= cfg.busy_inflight && waited < cfg.max_backoff {
+                let step = Duration::from_millis(5);
+                sleep(step);
+                waited += step;
+            }
+            let bucket = if mv.reason == Reason::Reserve {
+                &self.reserve_bucket
+            } else {
+                &self.bucket
+            };
+            let mut pace = |n: u64| {
+                let wait = bucket.lock().take(n, vol.clock().now());
+                if !wait.is_zero() {
+                    sleep(wait);
+                }
+            };
+            match vol.migrate_extent(mv.extent, mv.to, mv.reason, &mut pace, None) {
+                Ok(MoveOutcome::Moved(bytes)) => {
+                    report.moved += 1;
+                    report.bytes += bytes;
+                    debug!(extent = mv.extent, to = %mv.to, reason = mv.reason.name(), bytes, "moved");
+                }
+                Ok(MoveOutcome::Raced) => report.raced += 1,
+                Ok(_) => report.skipped += 1,
+                Err(e) => {
+                    report.errors += 1;
+                    warn!(extent = mv.extent, to = %mv.to, "migration failed, extent left in place: {e}");
+                }
+            }
+        }
+        report
+    }
+
+    /// Run rounds on a background thread until stopped.
+    pub fn spawn(self: &Arc<Self>) -> std::io::Result<MigratorHandle> {
+        let (tx, rx) = mpsc::channel();
+        let me = self.clone();
+        let thread = std::thread::Builder::new()
+            .name("tierd-migrate".into())
+            .spawn(move || me.thread_main(rx))?;
+        Ok(MigratorHandle {
+            tx,
+            thread: Some(thread),
+        })
+    }
+
+    fn thread_main(&self, rx: mpsc::Receiver<Signal>) {
+        let mut last_save = self.vol.clock().now();
+        loop {
+            let cfg = self.config();
+            match rx.recv_timeout(cfg.interval) {
+                Ok(Signal::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                Ok(Signal::Wake) | Err(RecvTimeoutError::Timeout) => {}
+            }
+            if !cfg.enabled {
+                continue;
+            }
+            let round = catch_unwind(AssertUnwindSafe(|| self.run_round(&std::thread::sleep)));
+            match round {
+                Ok(r) if r.moved + r.errors + r.raced > 0 => debug!(?r, "migration round"),
+                Ok(_) => {}
+                Err(_) => {
+                    self.panics.fetch_add(1, Ordering::Relaxed);
+                    Stats::add(&self.vol.stats().migration_errors, 1);
+                    error!("migration round panicked; serving continues, retrying next round");
+                }
+            }
+            let now = self.vol.clock().now();
+            if now.saturating_sub(last_save) >= cfg.heat_save_interval {
+                last_save = now;
+                if let Err(e) = self.vol.save_heat() {
+                    warn!("saving heat: {e}");
+                }
+            }
+        }
+        if let Err(e) = self.vol.save_heat() {
+            warn!("saving heat at shutdown: {e}");
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Counters the volume keeps for metrics and status: device I/O per tier,
+//! where reads were served, allocations and spills, migrations.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::migrate::Reason;
+
+use super::geometry::Tier;
+
+/// Reasons in counter order.
+pub const REASONS: [Reason; 5] = [
+    Reason::Hot,
+    Reason::Cold,
+    Reason::Reserve,
+    Reason::Pin,
+    Reason::Manual,
+];
+
+/// Monotonic counters; all relaxed atomics.
+#[derive(Default, Debug)]
+pub struct Stats {
+    /// Device read operations per tier.
+    pub dev_reads: [AtomicU64; 2],
+    /// Device bytes read per tier.
+    pub dev_read_bytes: [AtomicU64; 2],
+    /// Device write operations per tier.
+    pub dev_writes: [AtomicU64; 2],
+    /// Device bytes written per tier.
+    pub dev_write_bytes: [AtomicU64; 2],
+    /// Device errors per tier.
+    pub dev_errors: [AtomicU64; 2],
+    /// Logical read pieces served from each tier.
+    pub read_hits: [AtomicU64; 2],
+    /// Logical read pieces of unmapped space (zeros, no device I/O).
+    pub read_unmapped: AtomicU64,
+    /// New extents allocated per tier.
+    pub allocations: [AtomicU64; 2],
+    /// New extents that went to the HDD because the SSD was full.
+    pub spills: AtomicU64,
+    /// Completed migrations per destination tier and reason.
+    pub migrations: [[AtomicU64; 5]; 2],
+    /// Bytes copied by migrations per destination tier.
+    pub migrated_bytes: [AtomicU64; 2],
+    /// Migrations abandoned because the extent changed during the copy.
+    pub migration_aborts: AtomicU64,
+    /// Migrations that failed on an error.
+    pub migration_errors: AtomicU64,
+}
+
+impl Stats {
+    pub(crate) fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Read a counter.
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn migrated(&self, to: Tier, reason: Reason, bytes: u64) {
+        let r = REASONS.iter().position(|x| *x == reason).unwrap_or(0);
+        Self::add(&self.migrations[to.index()][r], 1);
+        Self::add(&self.migrated_bytes[to.index()], bytes);
+    }
+
+    /// Completed migrations to a tier for a reason.
+    pub fn migrations_to(&self, to: Tier, reason: Reason) -> u64 {
+        let r = REASONS.iter().position(|x| *x == reason).unwrap_or(0);
+        Self::get(&self.migrations[to.index()][r])
+    }
+}
