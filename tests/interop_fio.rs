@@ -27,7 +27,10 @@ fn fio_randrw_verify_qd32() {
         "--verify_fatal=1",
         "--runtime=120",
         "--output-format=json",
-    ]);
+        // fio writes verify state files into its working directory.
+        "--verify_state_save=0",
+    ])
+    .current_dir(d.dir());
     let what = common::describe(&cmd);
     let out = run_timeout(&mut cmd, Duration::from_secs(180));
     assert!(out.status.success(), "{}", show(&what, &out));

@@ -302,6 +302,16 @@ impl Daemon {
             match d.spawn_and_wait() {
                 Ok(()) => return d,
                 Err(msg) if msg.contains("in use") && attempt < 4 => continue,
+                // Known product bug (see format_refusals.rs,
+                // first_start_is_reliable): the first start formats the
+                // default images and then sometimes finds the metadata
+                // store still locked by itself. The format did complete, so
+                // a second start opens the volume. Retry loudly so every
+                // other test keeps testing what it is about.
+                Err(msg) if msg.contains("could not acquire lock") && attempt < 4 => {
+                    eprintln!("KNOWN BUG: tierd first start failed on its own store lock; retrying\n{msg}");
+                    continue;
+                }
                 Err(msg) => panic!("{msg}"),
             }
         }
