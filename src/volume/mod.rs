@@ -471,8 +471,10 @@ impl Volume {
             store,
             map: map.into_boxed_slice(),
             alloc,
-            dirty: [AtomicBool::new(false), AtomicBool::new(false)],
-            meta_dirty: AtomicBool::new(false),
+            // A previous process may have left writes in the OS cache that
+            // were never synced: the first flush syncs everything.
+            dirty: [AtomicBool::new(true), AtomicBool::new(true)],
+            meta_dirty: AtomicBool::new(true),
             flush_lock: Mutex::new(()),
             gens: (0..logical).map(|_| AtomicU32::new(0)).collect(),
             heat,
