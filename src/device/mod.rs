@@ -1,10 +1,13 @@
 //! Block devices: the small object-safe [`BlockDevice`] trait every tier is
 //! stored on, with a file/block-device implementation ([`FileDevice`]) and an
-//! in-memory one for tests ([`MemDevice`]).
+//! in-memory one for tests ([`MemDevice`]), and a fault-injecting wrapper
+//! for reliability tests ([`FaultDevice`]).
 
+mod fault;
 mod file;
 mod mem;
 
+pub use fault::{FaultDevice, FaultOp, FaultRule};
 pub use file::FileDevice;
 pub use mem::MemDevice;
 
