@@ -538,3 +538,28 @@ pub fn assert_zero(what: &str, bytes: &[u8]) {
         }
     }
 }
+
+/// Best-effort run for cleanup paths (Drop): never panics; kills the
+/// command after `timeout`; returns whether it exited 0.
+pub fn run_quiet(cmd: &mut Command, timeout: Duration) -> bool {
+    let Ok(mut child) = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        return false;
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return st.success(),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+        }
+    }
+}
