@@ -1,15 +1,22 @@
 //! Block devices: the small object-safe [`BlockDevice`] trait every tier is
 //! stored on, with a file/block-device implementation ([`FileDevice`]) and an
-//! in-memory one for tests ([`MemDevice`]), and a fault-injecting wrapper
-//! for reliability tests ([`FaultDevice`]).
+//! in-memory one for tests ([`MemDevice`]), a fault-injecting wrapper for
+//! reliability tests ([`FaultDevice`]), a data-less device for virtual-time
+//! benchmarks ([`NullDevice`]) and a wrapper that gives any device the timing
+//! of a modelled drive ([`TimedDevice`], models in [`model`]).
 
 mod fault;
 mod file;
 mod mem;
+pub mod model;
+mod null;
+mod timed;
 
 pub use fault::{FaultDevice, FaultOp, FaultRule};
 pub use file::FileDevice;
 pub use mem::MemDevice;
+pub use null::NullDevice;
+pub use timed::{real_now, set_virtual_now, sleep_until_precise, virtual_now, TimeMode, TimedDevice};
 
 use std::io;
 

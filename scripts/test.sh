@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The single "run all tests" command of tierd: installs the real NBD
+# clients the system tests drive (Debian/Ubuntu), checks FUSE and loop
+# devices, then runs formatting, lints, the build and every test
+# (unit + integration, including the real-client interop tests).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+section() {
+    printf '\n==== %s ====\n' "$*"
+}
+
+die() {
+    printf 'ERROR: %s\n' "$*" >&2
+    exit 1
+}
+
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=()
+else
+    command -v sudo >/dev/null 2>&1 || die "not root and no sudo: cannot install packages or use loop devices"
+    SUDO=(sudo)
+fi
+
+section "Client tools"
+# Tools the integration tests run, and the Debian packages providing them.
+TOOLS=(nbdinfo nbdcopy nbdfuse qemu-img qemu-io fio nbdkit mkfs.ext4 e2fsck losetup fusermount3 mount umount sha256sum)
+PACKAGES=(libnbd-bin nbdkit qemu-utils fio fuse3 e2fsprogs util-linux mount coreutils)
+PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+missing=()
+for t in "${TOOLS[@]}"; do
+    command -v "$t" >/dev/null 2>&1 || missing+=("$t")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "missing: ${missing[*]}; installing ${PACKAGES[*]}"
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not available: install ${PACKAGES[*]} by hand"
+    "${SUDO[@]}" apt-get update
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${PACKAGES[@]}"
+    for t in "${TOOLS[@]}"; do
+        command -v "$t" >/dev/null 2>&1 || die "$t still missing after installing packages"
+    done
+fi
+for t in "${TOOLS[@]}"; do
+    printf '  %-12s %s\n' "$t" "$(command -v "$t")"
+done
+
+section "FUSE and loop devices"
+if [ ! -e /dev/fuse ]; then
+    "${SUDO[@]}" modprobe fuse 2>/dev/null || true
+fi
+[ -e /dev/fuse ] || die "/dev/fuse does not exist (modprobe fuse failed); the nbdfuse/ext4 test needs FUSE"
+echo "  /dev/fuse present"
+if [ ! -e /dev/loop-control ]; then
+    "${SUDO[@]}" modprobe loop 2>/dev/null || true
+fi
+[ -e /dev/loop-control ] || die "/dev/loop-control does not exist (modprobe loop failed); the ext4 test needs loop devices"
+loopdev=$("${SUDO[@]}" losetup -f) || die "no free loop device (losetup -f failed)"
+echo "  loop devices available (next free: $loopdev)"
+[ "$(id -u)" -eq 0 ] || echo "  note: not root: the mount/loop test will fail; run as root as CI does"
+
+section "cargo fmt --check"
+cargo fmt --all -- --check
+
+section "cargo clippy (-D warnings)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+section "cargo build"
+cargo build --workspace
+
+section "cargo test (unit + integration)"
+start=$(date +%s)
+cargo test --workspace
+echo "tests took $(( $(date +%s) - start )) s"
+
+section "All tests passed"

@@ -1,0 +1,515 @@
+//! Timing models of real drives, used by [`super::TimedDevice`]: given an
+//! operation and the time it is submitted, a model says when it completes.
+//! Parameters come from datasheets (see docs/device-models.md).
+//!
+//! - [`HddModel`]: seek time as a function of seek distance fitted to the
+//!   track-to-track, average and full-stroke figures (Lee's model:
+//!   `t2t + A·√u + B·u` for a seek across fraction `u` of the stroke);
+//!   rotational position kept from the clock, so a sequential request pays no
+//!   rotation and a random one half a turn on average; zoned transfer rate
+//!   falling linearly from the outer to the inner tracks; command queueing
+//!   (up to `queue_depth`) with shortest-positioning-time-first reordering,
+//!   approximated at submission: a request queued behind others seeks from
+//!   the queued request nearest to it, as SPTF would arrange; a write cache
+//!   that completes writes at interface speed while it has room and destages
+//!   them in the background; FLUSH waits for the cache to drain.
+//! - [`SsdModel`]: controller overhead, `units` flash units working in
+//!   parallel and a shared link, so IOPS grows with queue depth; an optional
+//!   write buffer that absorbs writes and, once full, exposes the program
+//!   speed (the write cliff).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// What a model is asked to time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// A read.
+    Read,
+    /// A write.
+    Write,
+    /// A cache flush.
+    Flush,
+}
+
+/// A drive's timing.
+pub trait TimingModel: Send + 'static {
+    /// Completion time of an operation submitted at `now`.
+    fn submit(&mut self, kind: OpKind, offset: u64, len: u64, now: Duration) -> Duration;
+    /// The model's name.
+    fn name(&self) -> &'static str;
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+/// Datasheet parameters of a hard disk.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct HddParams {
+    /// Model name.
+    pub name: &'static str,
+    /// Spindle speed.
+    pub rpm: f64,
+    /// Track-to-track seek, seconds.
+    pub seek_t2t: f64,
+    /// Average seek (a third of the stroke), seconds.
+    pub seek_avg: f64,
+    /// Full-stroke seek, seconds.
+    pub seek_full: f64,
+    /// Sustained transfer at the outer edge, bytes/s.
+    pub rate_outer: f64,
+    /// Sustained transfer at the inner edge, bytes/s.
+    pub rate_inner: f64,
+    /// Controller overhead per command, seconds.
+    pub overhead: f64,
+    /// Interface bandwidth, bytes/s.
+    pub link: f64,
+    /// Write cache, bytes.
+    pub cache: u64,
+    /// Commands queued at most (NCQ).
+    pub queue_depth: usize,
+}
+
+impl HddParams {
+    /// A 7200 rpm 3.5" desktop drive (Seagate Barracuda 7200.14 class).
+    pub const HDD_7200: HddParams = HddParams {
+        name: "hdd-7200",
+        rpm: 7200.0,
+        seek_t2t: 0.001,
+        seek_avg: 0.0085,
+        seek_full: 0.017,
+        rate_outer: 210e6,
+        rate_inner: 100e6,
+        overhead: 0.0001,
+        link: 600e6,
+        cache: 64 << 20,
+        queue_depth: 32,
+    };
+    /// A 5400 rpm drive (WD Blue 5400 class; the Fusion Drive's 1 TB HDD).
+    pub const HDD_5400: HddParams = HddParams {
+        name: "hdd-5400",
+        rpm: 5400.0,
+        seek_t2t: 0.002,
+        seek_avg: 0.012,
+        seek_full: 0.022,
+        rate_outer: 150e6,
+        rate_inner: 75e6,
+        overhead: 0.00015,
+        link: 600e6,
+        cache: 32 << 20,
+        queue_depth: 32,
+    };
+}
+
+/// A hard disk.
+pub struct HddModel {
+    p: HddParams,
+    capacity: u64,
+    /// Lee's coefficients.
+    a: f64,
+    b: f64,
+    period: f64,
+    /// When the mechanism is free, and where the head is then.
+    busy_until: Duration,
+    head: u64,
+    /// End offsets of requests queued in the mechanism, newest last.
+    queued: VecDeque<(u64, Duration)>,
+    /// Cached writes not yet destaged: their destage completion times.
+    cache_used: VecDeque<(Duration, u64)>,
+    link_free: Duration,
+}
+
+impl HddModel {
+    /// A disk of `capacity` bytes with parameters `p`.
+    pub fn new(p: HddParams, capacity: u64) -> Self {
+        // Solve t2t + A·√u + B·u for the average (u = 1/3) and full (u = 1).
+        let (ya, yf) = (p.seek_avg - p.seek_t2t, p.seek_full - p.seek_t2t);
+        let s = (1.0f64 / 3.0).sqrt();
+        // A·s + B/3 = ya ; A + B = yf  →  A(s - 1/3) = ya - yf/3
+        let a = (ya - yf / 3.0) / (s - 1.0 / 3.0);
+        let b = yf - a;
+        HddModel {
+            p,
+            capacity: capacity.max(1),
+            a,
+            b,
+            period: 60.0 / p.rpm,
+            busy_until: Duration::ZERO,
+            head: 0,
+            queued: VecDeque::new(),
+            cache_used: VecDeque::new(),
+            link_free: Duration::ZERO,
+        }
+    }
+
+    /// Seek time across `distance` bytes of the surface.
+    pub fn seek_time(&self, distance: u64) -> f64 {
+        if distance == 0 {
+            return 0.0;
+        }
+        let u = (distance as f64 / self.capacity as f64).min(1.0);
+        self.p.seek_t2t + self.a * u.sqrt() + self.b * u
+    }
+
+    /// Media transfer rate at an offset (outer tracks first).
+    pub fn rate_at(&self, offset: u64) -> f64 {
+        let f = (offset as f64 / self.capacity as f64).min(1.0);
+        self.p.rate_outer - (self.p.rate_outer - self.p.rate_inner) * f
+    }
+
+    /// Angular position (fraction of a turn) of an offset on its track.
+    fn angle_of(&self, offset: u64) -> f64 {
+        let track = self.rate_at(offset) * self.period;
+        (offset as f64 % track) / track
+    }
+
+    /// Mechanism time to serve `[offset, offset+len)` starting at `start`
+    /// from head position `from`.
+    fn service(&self, from: u64, offset: u64, len: u64, start: f64) -> f64 {
+        let seek = self.seek_time(from.abs_diff(offset));
+        let arrive = start + seek;
+        let head_angle = (arrive / self.period).fract();
+        let mut wait = self.angle_of(offset) - head_angle;
+        if wait < 0.0 {
+            wait += 1.0;
+        }
+        // Sequential continuation: the sector is under the head.
+        if from == offset {
+            wait = 0.0;
+        }
+        seek + wait * self.period + len as f64 / self.rate_at(offset)
+    }
+
+    /// Schedule a mechanical operation; returns its completion.
+    fn mechanism(&mut self, offset: u64, len: u64, now: Duration) -> Duration {
+        while self.queued.front().is_some_and(|(_, t)| *t <= now) {
+            self.queued.pop_front();
+        }
+        let start = self.busy_until.max(now);
+        // SPTF approximation: seek from the nearest queued request (or the
+        // head) when others are waiting.
+        let from = self
+            .queued
+            .iter()
+            .take(self.p.queue_depth)
+            .map(|(end, _)| *end)
+            .chain(std::iter::once(self.head))
+            .min_by_key(|end| end.abs_diff(offset))
+            .unwrap_or(self.head);
+        let t = self.service(from, offset, len, start.as_secs_f64());
+        let done = start + secs(t);
+        self.busy_until = done;
+        self.head = offset + len;
+        self.queued.push_back((offset + len, done));
+        done
+    }
+}
+
+impl TimingModel for HddModel {
+    fn submit(&mut self, kind: OpKind, offset: u64, len: u64, now: Duration) -> Duration {
+        let overhead = secs(self.p.overhead);
+        match kind {
+            OpKind::Read => self.mechanism(offset, len, now + overhead),
+            OpKind::Write => {
+                while self.cache_used.front().is_some_and(|(t, _)| *t <= now) {
+                    self.cache_used.pop_front();
+                }
+                let used: u64 = self.cache_used.iter().map(|(_, n)| n).sum();
+                let destaged = self.mechanism(offset, len, now + overhead);
+                if used + len <= self.p.cache {
+                    // Completed from the cache at interface speed.
+                    self.cache_used.push_back((destaged, len));
+                    let start = self.link_free.max(now);
+                    self.link_free = start + secs(len as f64 / self.p.link);
+                    self.link_free + overhead
+                } else {
+                    destaged
+                }
+            }
+            OpKind::Flush => {
+                let last = self.cache_used.back().map(|(t, _)| *t).unwrap_or(now);
+                self.cache_used.clear();
+                last.max(now) + overhead
+            }
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        self.p.name
+    }
+}
+
+/// Datasheet parameters of a solid-state drive.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SsdParams {
+    /// Model name.
+    pub name: &'static str,
+    /// Controller overhead per command, seconds.
+    pub overhead: f64,
+    /// Flash read of one 4 KiB page, seconds.
+    pub page_read: f64,
+    /// Flash program time per 4 KiB, seconds (per unit).
+    pub page_program: f64,
+    /// Flash units working in parallel.
+    pub units: usize,
+    /// Link bandwidth, bytes/s.
+    pub link: f64,
+    /// Write buffer in bytes (0: none, no cliff).
+    pub write_buffer: u64,
+}
+
+impl SsdParams {
+    /// A SATA SSD (Samsung 850 EVO class): ~10k IOPS at QD 1, ~95k at QD 32.
+    pub const SSD_SATA: SsdParams = SsdParams {
+        name: "ssd-sata",
+        overhead: 0.000025,
+        page_read: 0.000060,
+        page_program: 0.000300,
+        units: 8,
+        link: 550e6,
+        write_buffer: 6 << 30,
+    };
+    /// An NVMe SSD (Samsung 970 EVO class): ~15k IOPS at QD 1, ~450k at QD 32.
+    pub const SSD_NVME: SsdParams = SsdParams {
+        name: "ssd-nvme",
+        overhead: 0.000010,
+        page_read: 0.000050,
+        page_program: 0.000250,
+        units: 32,
+        link: 3400e6,
+        write_buffer: 12 << 30,
+    };
+}
+
+/// A solid-state drive.
+pub struct SsdModel {
+    p: SsdParams,
+    units: Vec<Duration>,
+    link_free: Duration,
+    /// Buffered write bytes and when each leaves the buffer.
+    buffer: VecDeque<(Duration, u64)>,
+    buffered: u64,
+    /// When the background programming of buffered data is done.
+    program_free: Duration,
+}
+
+impl SsdModel {
+    /// A drive with parameters `p`.
+    pub fn new(p: SsdParams) -> Self {
+        SsdModel {
+            units: vec![Duration::ZERO; p.units.max(1)],
+            p,
+            link_free: Duration::ZERO,
+            buffer: VecDeque::new(),
+            buffered: 0,
+            program_free: Duration::ZERO,
+        }
+    }
+
+    fn unit(&mut self, now: Duration, busy: f64) -> Duration {
+        let (i, free) = self
+            .units
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, t)| **t)
+            .map(|(i, t)| (i, *t))
+            .unwrap_or((0, Duration::ZERO));
+        let done = free.max(now) + secs(busy);
+        self.units[i] = done;
+        done
+    }
+
+    fn link(&mut self, ready: Duration, len: u64) -> Duration {
+        let start = self.link_free.max(ready);
+        self.link_free = start + secs(len as f64 / self.p.link);
+        self.link_free
+    }
+}
+
+impl TimingModel for SsdModel {
+    fn submit(&mut self, kind: OpKind, _offset: u64, len: u64, now: Duration) -> Duration {
+        let overhead = secs(self.p.overhead);
+        let pages = len.div_ceil(4096).max(1) as f64;
+        match kind {
+            OpKind::Read => {
+                // Pages of one request spread over the units.
+                let per_unit = (pages / self.p.units as f64).ceil();
+                let ready = self.unit(now + overhead, self.p.page_read * per_unit);
+                self.link(ready, len)
+            }
+            OpKind::Write => {
+                let arrived = self.link(now + overhead, len);
+                // Programming proceeds in the background at the aggregate
+                // program rate of all units.
+                let program = secs(self.p.page_program * pages / self.p.units as f64);
+                self.program_free = self.program_free.max(arrived) + program;
+                if self.p.write_buffer == 0 {
+                    return arrived;
+                }
+                while self.buffer.front().is_some_and(|(t, _)| *t <= now) {
+                    if let Some((_, n)) = self.buffer.pop_front() {
+                        self.buffered -= n;
+                    }
+                }
+                let done = if self.buffered + len <= self.p.write_buffer {
+                    arrived
+                } else {
+                    // The cliff: wait until programming frees room.
+                    self.program_free
+                };
+                self.buffer.push_back((self.program_free, len));
+                self.buffered += len;
+                done
+            }
+            OpKind::Flush => now + overhead,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        self.p.name
+    }
+}
+
+/// The models selectable by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// 5400 rpm HDD.
+    Hdd5400,
+    /// 7200 rpm HDD.
+    Hdd7200,
+    /// SATA SSD.
+    SsdSata,
+    /// NVMe SSD.
+    SsdNvme,
+}
+
+impl ModelKind {
+    /// All models.
+    pub const ALL: [ModelKind; 4] = [
+        ModelKind::Hdd5400,
+        ModelKind::Hdd7200,
+        ModelKind::SsdSata,
+        ModelKind::SsdNvme,
+    ];
+
+    /// Parse a model name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// The model's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::Hdd5400 => "hdd-5400",
+            ModelKind::Hdd7200 => "hdd-7200",
+            ModelKind::SsdSata => "ssd-sata",
+            ModelKind::SsdNvme => "ssd-nvme",
+        }
+    }
+
+    /// A fresh model instance for a device of `capacity` bytes.
+    pub fn build(self, capacity: u64) -> Box<dyn TimingModel> {
+        match self {
+            ModelKind::Hdd5400 => Box::new(HddModel::new(HddParams::HDD_5400, capacity)),
+            ModelKind::Hdd7200 => Box::new(HddModel::new(HddParams::HDD_7200, capacity)),
+            ModelKind::SsdSata => Box::new(SsdModel::new(SsdParams::SSD_SATA)),
+            ModelKind::SsdNvme => Box::new(SsdModel::new(SsdParams::SSD_NVME)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    const TB: u64 = 1 << 40;
+
+    /// IOPS of `qd` closed-loop workers doing random `len`-byte ops.
+    fn iops(model: &mut dyn TimingModel, kind: OpKind, span: u64, len: u64, qd: usize, ops: usize) -> f64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut free = vec![Duration::ZERO; qd];
+        let mut last = Duration::ZERO;
+        for _ in 0..ops {
+            let (w, t) = free.iter().enumerate().min_by_key(|(_, t)| **t).map(|(i, t)| (i, *t)).unwrap();
+            let off = rng.gen_range(0..span / 4096) * 4096;
+            let done = model.submit(kind, off, len, t);
+            free[w] = done;
+            last = last.max(done);
+        }
+        ops as f64 / last.as_secs_f64()
+    }
+
+    #[test]
+    fn hdd_7200_random_4k_qd1_full_span_is_70_to_100_iops() {
+        let mut m = HddModel::new(HddParams::HDD_7200, TB);
+        let v = iops(&mut m, OpKind::Read, TB, 4096, 1, 2000);
+        assert!((70.0..=100.0).contains(&v), "{v}");
+    }
+
+    #[test]
+    fn hdd_queueing_helps_and_sequential_reads_run_at_zone_rate() {
+        let mut m = HddModel::new(HddParams::HDD_7200, TB);
+        let q32 = iops(&mut m, OpKind::Read, TB, 4096, 32, 4000);
+        assert!(q32 > 150.0, "SPTF at QD 32: {q32}");
+        let mut m = HddModel::new(HddParams::HDD_7200, TB);
+        let mut t = Duration::ZERO;
+        let len = 256 << 10;
+        for i in 0..4000u64 {
+            t = m.submit(OpKind::Read, i * len, len, t);
+        }
+        let rate = 4000.0 * len as f64 / t.as_secs_f64();
+        assert!(rate > 0.9 * 205e6 && rate < 211e6, "outer-zone sequential rate {rate}");
+        // Inner zone is slower.
+        let mut m = HddModel::new(HddParams::HDD_7200, TB);
+        let base = TB - 4000 * len;
+        let mut t = Duration::ZERO;
+        for i in 0..4000u64 {
+            t = m.submit(OpKind::Read, base + i * len, len, t);
+        }
+        let inner = 4000.0 * len as f64 / t.as_secs_f64();
+        assert!(inner < 0.6 * rate, "inner {inner} vs outer {rate}");
+    }
+
+    #[test]
+    fn hdd_write_cache_completes_early_and_flush_waits() {
+        let mut m = HddModel::new(HddParams::HDD_7200, TB);
+        let w = m.submit(OpKind::Write, TB / 2, 4096, Duration::ZERO);
+        assert!(w < Duration::from_micros(500), "{w:?}");
+        let f = m.submit(OpKind::Flush, 0, 0, w);
+        assert!(f > Duration::from_millis(2), "flush waits for the destage: {f:?}");
+    }
+
+    #[test]
+    fn ssd_sata_scales_with_queue_depth() {
+        let mut m = SsdModel::new(SsdParams::SSD_SATA);
+        let q1 = iops(&mut m, OpKind::Read, TB, 4096, 1, 20000);
+        assert!((9000.0..=12000.0).contains(&q1), "QD1 {q1}");
+        let mut m = SsdModel::new(SsdParams::SSD_SATA);
+        let q32 = iops(&mut m, OpKind::Read, TB, 4096, 32, 100000);
+        assert!((85000.0..=110000.0).contains(&q32), "QD32 {q32}");
+    }
+
+    #[test]
+    fn ssd_write_cliff_after_the_buffer_fills() {
+        let mut p = SsdParams::SSD_SATA;
+        p.write_buffer = 64 << 20;
+        let mut m = SsdModel::new(p);
+        let mut t = Duration::ZERO;
+        let mut first = Duration::ZERO;
+        for i in 0..4096u64 {
+            let start = t;
+            t = m.submit(OpKind::Write, i * (1 << 20), 1 << 20, t);
+            if i == 0 {
+                first = t - start;
+            }
+            if i == 4095 {
+                assert!(t - start > first * 2, "late writes slower: {:?} vs {:?}", t - start, first);
+            }
+        }
+    }
+}
