@@ -277,7 +277,10 @@ impl Config {
             });
         }
         let p = &m.policy;
-        if !(p.promote_margin >= 0.0 && p.promote_margin_abs >= 0.0 && p.promote_min_score >= 0.0)
+        let bad = |x: f32| x.is_nan() || x < 0.0;
+        if bad(p.promote_margin)
+            || bad(p.promote_margin_abs)
+            || bad(p.promote_min_score)
             || !m.reserve_boost.is_finite()
             || m.reserve_boost < 0.0
         {

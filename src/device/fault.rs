@@ -188,7 +188,7 @@ impl FaultDevice {
             }
             self.injected[op as usize].fetch_add(1, Ordering::Relaxed);
             return Err(io::Error::other(format!(
-                    "injected {op:?} fault on {} at {offset}+{len}",
+                "injected {op:?} fault on {} at {offset}+{len}",
                 self.inner.name()
             )));
         }
@@ -236,7 +236,10 @@ mod tests {
         d.add(FaultRule::new(&[FaultOp::Read]).range(8192..12288));
         let mut buf = [0u8; 4096];
         assert!(d.read_at(&mut buf, 0).is_ok());
-        assert!(d.read_at(&mut buf, 4096).is_ok(), "ends where the range starts");
+        assert!(
+            d.read_at(&mut buf, 4096).is_ok(),
+            "ends where the range starts"
+        );
         assert!(d.read_at(&mut buf, 6000).is_err(), "overlaps the start");
         assert!(d.read_at(&mut buf, 12287).is_err(), "last byte");
         assert!(d.read_at(&mut buf, 12288).is_ok());
