@@ -16,7 +16,9 @@ pub use fault::{FaultDevice, FaultOp, FaultRule};
 pub use file::FileDevice;
 pub use mem::MemDevice;
 pub use null::NullDevice;
-pub use timed::{real_now, set_virtual_now, sleep_until_precise, virtual_now, TimeMode, TimedDevice};
+pub use timed::{
+    real_now, set_virtual_now, sleep_until_precise, virtual_now, TimeMode, TimedDevice,
+};
 
 use std::io;
 

@@ -268,7 +268,7 @@ impl SsdParams {
         overhead: 0.000025,
         page_read: 0.000060,
         page_program: 0.000300,
-        units: 8,
+        units: 6,
         link: 550e6,
         write_buffer: 6 << 30,
     };
@@ -357,8 +357,17 @@ impl TimingModel for SsdModel {
                 let done = if self.buffered + len <= self.p.write_buffer {
                     arrived
                 } else {
-                    // The cliff: wait until programming frees room.
-                    self.program_free
+                    // The cliff: wait until programming frees enough room.
+                    let mut over = self.buffered + len - self.p.write_buffer;
+                    let mut at = arrived;
+                    for (t, n) in &self.buffer {
+                        at = at.max(*t);
+                        if *n >= over {
+                            break;
+                        }
+                        over -= n;
+                    }
+                    at
                 };
                 self.buffer.push_back((self.program_free, len));
                 self.buffered += len;
@@ -430,12 +439,24 @@ mod tests {
     const TB: u64 = 1 << 40;
 
     /// IOPS of `qd` closed-loop workers doing random `len`-byte ops.
-    fn iops(model: &mut dyn TimingModel, kind: OpKind, span: u64, len: u64, qd: usize, ops: usize) -> f64 {
+    fn iops(
+        model: &mut dyn TimingModel,
+        kind: OpKind,
+        span: u64,
+        len: u64,
+        qd: usize,
+        ops: usize,
+    ) -> f64 {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let mut free = vec![Duration::ZERO; qd];
         let mut last = Duration::ZERO;
         for _ in 0..ops {
-            let (w, t) = free.iter().enumerate().min_by_key(|(_, t)| **t).map(|(i, t)| (i, *t)).unwrap();
+            let (w, t) = free
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, t)| **t)
+                .map(|(i, t)| (i, *t))
+                .unwrap();
             let off = rng.gen_range(0..span / 4096) * 4096;
             let done = model.submit(kind, off, len, t);
             free[w] = done;
@@ -463,7 +484,10 @@ mod tests {
             t = m.submit(OpKind::Read, i * len, len, t);
         }
         let rate = 4000.0 * len as f64 / t.as_secs_f64();
-        assert!(rate > 0.9 * 205e6 && rate < 211e6, "outer-zone sequential rate {rate}");
+        assert!(
+            rate > 0.9 * 205e6 && rate < 211e6,
+            "outer-zone sequential rate {rate}"
+        );
         // Inner zone is slower.
         let mut m = HddModel::new(HddParams::HDD_7200, TB);
         let base = TB - 4000 * len;
@@ -481,7 +505,10 @@ mod tests {
         let w = m.submit(OpKind::Write, TB / 2, 4096, Duration::ZERO);
         assert!(w < Duration::from_micros(500), "{w:?}");
         let f = m.submit(OpKind::Flush, 0, 0, w);
-        assert!(f > Duration::from_millis(2), "flush waits for the destage: {f:?}");
+        assert!(
+            f > Duration::from_millis(2),
+            "flush waits for the destage: {f:?}"
+        );
     }
 
     #[test]
@@ -508,7 +535,12 @@ mod tests {
                 first = t - start;
             }
             if i == 4095 {
-                assert!(t - start > first * 2, "late writes slower: {:?} vs {:?}", t - start, first);
+                assert!(
+                    t - start > first * 2,
+                    "late writes slower: {:?} vs {:?}",
+                    t - start,
+                    first
+                );
             }
         }
     }

@@ -144,7 +144,9 @@ impl BlockDevice for TimedDevice {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let len = buf.len() as u64;
-        self.timed(OpKind::Read, offset, len, || self.inner.read_at(buf, offset))
+        self.timed(OpKind::Read, offset, len, || {
+            self.inner.read_at(buf, offset)
+        })
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -179,7 +181,9 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         dev.read_at(&mut buf, 0).unwrap();
         let t = virtual_now();
-        assert!(t > Duration::from_secs(5) && t < Duration::from_secs(5) + Duration::from_millis(1));
+        assert!(
+            t > Duration::from_secs(5) && t < Duration::from_secs(5) + Duration::from_millis(1)
+        );
         let real = TimedDevice::new(
             Arc::new(NullDevice::new(1 << 30)),
             ModelKind::Hdd7200.build(1 << 30),
