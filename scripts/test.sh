@@ -70,7 +70,7 @@ cargo build --workspace
 
 section "cargo test (unit + integration)"
 start=$(date +%s)
-cargo test --workspace
+cargo test --workspace --no-fail-fast
 echo "tests took $(( $(date +%s) - start )) s"
 
 section "All tests passed"
