@@ -240,6 +240,8 @@ pub struct DaemonOptions {
     pub ssd_size: String,
     pub hdd_size: String,
     pub extent_size: String,
+    /// `--log-level` (default `info`).
+    pub log_level: String,
     /// Further `tierd serve` arguments.
     pub extra_args: Vec<String>,
 }
@@ -250,6 +252,7 @@ impl Default for DaemonOptions {
             ssd_size: "256MiB".into(),
             hdd_size: "1GiB".into(),
             extent_size: "1MiB".into(),
+            log_level: "info".into(),
             extra_args: Vec::new(),
         }
     }
@@ -365,7 +368,7 @@ impl Daemon {
             .args(["--ssd-size", &self.opts.ssd_size])
             .args(["--hdd-size", &self.opts.hdd_size])
             .args(["--extent-size", &self.opts.extent_size])
-            .args(["--log-level", "info"])
+            .args(["--log-level", &self.opts.log_level])
             .args(&self.opts.extra_args)
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
