@@ -93,6 +93,9 @@ pub struct Migrator {
     last_written: Mutex<(u64, Duration)>,
     rounds: AtomicU64,
     panics: AtomicU64,
+    /// SSD slots the policy keeps free (starts at the geometry's reserve;
+    /// the operator may change it live).
+    reserve_target: AtomicU64,
 }
 
 /// The running background thread.
@@ -132,6 +135,7 @@ impl Migrator {
         let now = vol.clock().now();
         let burst = vol.geometry().extent_size.max(1 << 20);
         let written = written_bytes(&vol);
+        let reserve = u64::from(vol.geometry().reserve_extents);
         Migrator {
             bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
             reserve_bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
@@ -141,6 +145,7 @@ impl Migrator {
             last_written: Mutex::new((written, now)),
             rounds: AtomicU64::new(0),
             panics: AtomicU64::new(0),
+            reserve_target: AtomicU64::new(reserve),
         }
     }
 
@@ -163,6 +168,20 @@ impl Migrator {
     /// Whether migration is paused.
     pub fn paused(&self) -> bool {
         self.paused.load(Ordering::Relaxed)
+    }
+
+    /// SSD slots the policy keeps free: the geometry's reserve unless set
+    /// with [`Migrator::set_reserve_extents`].
+    pub fn reserve_extents(&self) -> u64 {
+        self.reserve_target.load(Ordering::Relaxed)
+    }
+
+    /// Change the reserve target live (clamped to the SSD's slots). Only the
+    /// policy's demotions follow it; the volume's capacity does not change.
+    pub fn set_reserve_extents(&self, extents: u64) {
+        let max = u64::from(self.vol.geometry().ssd_slots);
+        self.reserve_target
+            .store(extents.min(max), Ordering::Relaxed);
     }
 
     /// Rounds run so far.
@@ -213,7 +232,7 @@ impl Migrator {
         let input = PlanInput {
             candidates: vol.candidates(),
             ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
-            reserve: u64::from(geo.reserve_extents),
+            reserve: self.reserve_extents(),
             blocks_per_extent: geo.blocks_per_extent(),
         };
         let moves = plan(&cfg.policy, &input);
@@ -235,10 +254,10 @@ impl Migrator {
                 &self.bucket
             };
             let mut pace = |n: u64| {
+                // Called even with no wait: in virtual time this is where the
+                // copy's device time elapses.
                 let wait = bucket.lock().take(n, vol.clock().now());
-                if !wait.is_zero() {
-                    sleep(wait);
-                }
+                sleep(wait);
             };
             match vol.migrate_extent(mv.extent, mv.to, mv.reason, &mut pace, None) {
                 Ok(MoveOutcome::Moved(bytes)) => {

@@ -1,0 +1,280 @@
+//! The daemon's live state shared by the control server and the metrics
+//! exporter, and the status snapshot computed from it.
+
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::{MigrationStatus, ReasonCount, ReserveStatus, Status, TierStatus};
+use crate::migrate::worker::MigratorHandle;
+use crate::migrate::{Migrator, Reason};
+use crate::volume::{Stats, Tier, Volume};
+
+/// Every migration reason, in the order status reports them.
+pub const REASONS: [Reason; 5] = [
+    Reason::Hot,
+    Reason::Cold,
+    Reason::Reserve,
+    Reason::Pin,
+    Reason::Manual,
+];
+
+/// How many one-second samples the migration rate is computed over.
+const RATE_SAMPLES: usize = 11;
+
+/// Counts the daemon's open NBD connections from `/proc`: sockets among our
+/// own file descriptors that are established TCP connections on the NBD
+/// port, or connected Unix sockets bound to the NBD socket path. Counting
+/// from the kernel's tables keeps the NBD server untouched and counts a
+/// connection from accept to close, handshake included.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionProbe {
+    /// Local TCP port of the NBD listener.
+    pub tcp_port: Option<u16>,
+    /// Path of the NBD Unix socket.
+    pub unix: Option<PathBuf>,
+}
+
+impl ConnectionProbe {
+    /// Open NBD connections now (0 where `/proc` is unreadable).
+    pub fn count(&self) -> u64 {
+        let ours = own_socket_inodes();
+        if ours.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        if let Some(port) = self.tcp_port {
+            for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+                n += count_tcp(table, port, &ours);
+            }
+        }
+        if let Some(path) = &self.unix {
+            n += count_unix(path, &ours);
+        }
+        n
+    }
+}
+
+fn own_socket_inodes() -> HashSet<u64> {
+    let mut set = HashSet::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return set;
+    };
+    for entry in dir.flatten() {
+        if let Ok(target) = std::fs::read_link(entry.path()) {
+            let t = target.to_string_lossy();
+            if let Some(inode) = t
+                .strip_prefix("socket:[")
+                .and_then(|r| r.strip_suffix(']'))
+                .and_then(|i| i.parse().ok())
+            {
+                set.insert(inode);
+            }
+        }
+    }
+    set
+}
+
+fn count_tcp(table: &str, port: u16, ours: &HashSet<u64>) -> u64 {
+    let Ok(text) = std::fs::read_to_string(table) else {
+        return 0;
+    };
+    text.lines()
+        .skip(1)
+        .filter(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            let (Some(local), Some(st), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                return false;
+            };
+            let local_port = local
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            *st == "01"
+                && local_port == Some(port)
+                && inode.parse().is_ok_and(|i: u64| ours.contains(&i))
+        })
+        .count() as u64
+}
+
+fn count_unix(path: &Path, ours: &HashSet<u64>) -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/net/unix") else {
+        return 0;
+    };
+    let want = path.to_string_lossy();
+    text.lines()
+        .skip(1)
+        .filter(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // Num RefCount Protocol Flags Type St Inode Path
+            let (Some(st), Some(inode), Some(p)) = (f.get(5), f.get(6), f.get(7)) else {
+                return false;
+            };
+            *st == "03"
+                && *p == want.as_ref()
+                && inode.parse().is_ok_and(|i: u64| ours.contains(&i))
+        })
+        .count() as u64
+}
+
+/// Shared live state of a serving daemon.
+pub struct Live {
+    /// The volume.
+    pub volume: Arc<Volume>,
+    /// The migrator (present even when the background thread is off).
+    pub migrator: Arc<Migrator>,
+    /// The background migration thread, if running.
+    pub worker: Mutex<Option<MigratorHandle>>,
+    /// Counts open NBD connections.
+    pub probe: ConnectionProbe,
+    started: Instant,
+    /// (when, migrated bytes to ssd, to hdd), newest last.
+    samples: Mutex<VecDeque<(Instant, [u64; 2])>>,
+}
+
+impl Live {
+    /// Live state for a volume and its migrator.
+    pub fn new(
+        volume: Arc<Volume>,
+        migrator: Arc<Migrator>,
+        worker: Option<MigratorHandle>,
+        probe: ConnectionProbe,
+    ) -> Live {
+        Live {
+            volume,
+            migrator,
+            worker: Mutex::new(worker),
+            probe,
+            started: Instant::now(),
+            samples: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Wake the migration thread (no-op when it is not running). Returns
+    /// whether a thread was there to wake.
+    pub fn wake(&self) -> bool {
+        match self.worker.lock().as_ref() {
+            Some(w) => {
+                w.wake();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Record a migration-rate sample; call about once a second.
+    pub fn sample(&self) {
+        let s = self.volume.stats();
+        let now = [
+            Stats::get(&s.migrated_bytes[0]),
+            Stats::get(&s.migrated_bytes[1]),
+        ];
+        let mut q = self.samples.lock();
+        q.push_back((Instant::now(), now));
+        while q.len() > RATE_SAMPLES {
+            q.pop_front();
+        }
+    }
+
+    /// Recent migration rates in bytes/s: (to ssd, to hdd).
+    pub fn migration_rates(&self) -> (f64, f64) {
+        let q = self.samples.lock();
+        match (q.front(), q.back()) {
+            (Some(a), Some(b)) if b.0 > a.0 => {
+                let dt = b.0.duration_since(a.0).as_secs_f64();
+                (
+                    b.1[0].saturating_sub(a.1[0]) as f64 / dt,
+                    b.1[1].saturating_sub(a.1[1]) as f64 / dt,
+                )
+            }
+            _ => (0.0, 0.0),
+        }
+    }
+
+    /// Time since the service started.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// A status snapshot (walks the extent map: call off the async threads).
+    pub fn status(&self) -> Status {
+        let vol = &self.volume;
+        let geo = *vol.geometry();
+        let es = geo.extent_size;
+        let usage = vol.usage();
+        let s = vol.stats();
+        let tiers = Tier::ALL
+            .iter()
+            .map(|&t| {
+                let i = t.index();
+                TierStatus {
+                    tier: t,
+                    capacity_bytes: u64::from(geo.slots(t)) * es,
+                    used_bytes: usage.mapped[i] * es,
+                    free_bytes: u64::from(usage.free[i]) * es,
+                    extents: usage.mapped[i],
+                    reads: Stats::get(&s.dev_reads[i]),
+                    read_bytes: Stats::get(&s.dev_read_bytes[i]),
+                    writes: Stats::get(&s.dev_writes[i]),
+                    write_bytes: Stats::get(&s.dev_write_bytes[i]),
+                    errors: Stats::get(&s.dev_errors[i]),
+                    read_hits: Stats::get(&s.read_hits[i]),
+                }
+            })
+            .collect();
+        let hits = [Stats::get(&s.read_hits[0]), Stats::get(&s.read_hits[1])];
+        let hit_ratio = match hits[0] + hits[1] {
+            0 => None,
+            total => Some(hits[0] as f64 / total as f64),
+        };
+        let by_reason: Vec<_> = REASONS
+            .iter()
+            .map(|&r| ReasonCount {
+                reason: r,
+                to_ssd: s.migrations_to(Tier::Ssd, r),
+                to_hdd: s.migrations_to(Tier::Hdd, r),
+            })
+            .collect();
+        let (promote_rate, demote_rate) = self.migration_rates();
+        let migration = MigrationStatus {
+            running: self.worker.lock().is_some(),
+            paused: self.migrator.paused(),
+            rounds: self.migrator.rounds(),
+            promotions: by_reason.iter().map(|c| c.to_ssd).sum(),
+            demotions: by_reason.iter().map(|c| c.to_hdd).sum(),
+            promoted_bytes: Stats::get(&s.migrated_bytes[0]),
+            demoted_bytes: Stats::get(&s.migrated_bytes[1]),
+            by_reason,
+            promote_rate,
+            demote_rate,
+            aborts: Stats::get(&s.migration_aborts),
+            errors: Stats::get(&s.migration_errors),
+            config: self.migrator.config(),
+        };
+        Status {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            volume_id: vol.id().to_string(),
+            uptime_secs: self.uptime().as_secs(),
+            capacity_bytes: vol.size(),
+            extent_size: es,
+            tiers,
+            reserve: ReserveStatus {
+                format_bytes: u64::from(geo.reserve_extents) * es,
+                target_bytes: self.migrator.reserve_extents() * es,
+                ssd_free_bytes: u64::from(usage.free[0]) * es,
+            },
+            hit_ratio,
+            read_unmapped: Stats::get(&s.read_unmapped),
+            spills: Stats::get(&s.spills),
+            sequential_bypasses: vol.heat().bypassed(),
+            quarantined: u64::from(usage.quarantined),
+            pins: vol.pins().len(),
+            connections: self.probe.count(),
+            inflight: vol.inflight() as u64,
+            migration,
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! The control API: line-delimited JSON over a Unix socket (mode 0600).
+//!
+//! Each request is one JSON object on one line, tagged by `cmd`
+//! ([`Request`]); each answer is one JSON object on one line
+//! ([`Response`]): `{"ok":true,"result":...}` or `{"ok":false,"error":"..."}`.
+//! A connection may carry any number of requests, answered in order. The
+//! protocol is documented for operators in `docs/operations.md`.
+//!
+//! [`Live`] is the daemon's shared live state (volume, migrator, connection
+//! probe, migration rate samples) that both the control server and the
+//! metrics exporter read.
+
+pub mod live;
+mod server;
+
+pub use live::{ConnectionProbe, Live};
+pub use server::{bind, handle, serve, ControlError};
+
+use serde::{Deserialize, Serialize};
+
+use crate::migrate::{MigrateConfig, Reason};
+use crate::volume::Tier;
+
+/// Longest request line the server reads.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// A control request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    /// Capacity, per-tier use, reserve, hit ratio, migration, connections.
+    Status,
+    /// Runs of ssd/hdd/unmapped over `[offset, offset+len)` (default: all).
+    Placement {
+        /// First byte (default 0).
+        #[serde(default)]
+        offset: u64,
+        /// Bytes (default: to the end of the volume).
+        #[serde(default)]
+        len: Option<u64>,
+    },
+    /// Where the extent holding `offset` sits and why.
+    Explain {
+        /// A byte offset in the volume.
+        offset: u64,
+    },
+    /// The hottest or coldest mapped extents.
+    Top {
+        /// `hot` or `cold`.
+        order: TopOrder,
+        /// How many (default 10).
+        #[serde(default = "default_top")]
+        n: usize,
+    },
+    /// Pin the extents overlapping a byte range to a tier.
+    Pin {
+        /// First byte.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+        /// The tier.
+        tier: Tier,
+    },
+    /// Remove pins from the extents overlapping a byte range.
+    Unpin {
+        /// First byte.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// Pause, resume or run background migration now.
+    Migrate {
+        /// What to do.
+        action: MigrateAction,
+    },
+    /// Set the live reserve target (bytes of SSD kept free).
+    Reserve {
+        /// Bytes; rounded up to whole extents, at most the SSD.
+        bytes: u64,
+    },
+}
+
+fn default_top() -> usize {
+    10
+}
+
+/// Order of [`Request::Top`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopOrder {
+    /// Highest effective heat first.
+    Hot,
+    /// Lowest effective heat first.
+    Cold,
+}
+
+/// Action of [`Request::Migrate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MigrateAction {
+    /// Stop starting moves (the current one finishes).
+    Pause,
+    /// Start moving again.
+    Resume,
+    /// Run a planning round now.
+    Now,
+}
+
+/// A control answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// Whether the request succeeded.
+    pub ok: bool,
+    /// The result (on success).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    /// What went wrong (on failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    /// A success with a result.
+    pub fn ok(result: impl Serialize) -> Response {
+        match serde_json::to_value(result) {
+            Ok(v) => Response {
+                ok: true,
+                result: Some(v),
+                error: None,
+            },
+            Err(e) => Response::err(format!("encoding the result: {e}")),
+        }
+    }
+
+    /// A failure.
+    pub fn err(msg: impl Into<String>) -> Response {
+        Response {
+            ok: false,
+            result: None,
+            error: Some(msg.into()),
+        }
+    }
+}
+
+/// One tier in [`Status`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TierStatus {
+    /// Which tier.
+    pub tier: Tier,
+    /// Data slots in bytes.
+    pub capacity_bytes: u64,
+    /// Bytes of mapped extents.
+    pub used_bytes: u64,
+    /// Bytes of free slots (not counting quarantined ones).
+    pub free_bytes: u64,
+    /// Mapped extents.
+    pub extents: u64,
+    /// Device read operations.
+    pub reads: u64,
+    /// Device bytes read.
+    pub read_bytes: u64,
+    /// Device write operations.
+    pub writes: u64,
+    /// Device bytes written.
+    pub write_bytes: u64,
+    /// Device errors.
+    pub errors: u64,
+    /// Logical read pieces served from this tier.
+    pub read_hits: u64,
+}
+
+/// Reserve part of [`Status`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReserveStatus {
+    /// The reserve fixed at format time.
+    pub format_bytes: u64,
+    /// The live target the migrator keeps free.
+    pub target_bytes: u64,
+    /// SSD bytes free now.
+    pub ssd_free_bytes: u64,
+}
+
+/// Migration part of [`Status`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigrationStatus {
+    /// Whether the background thread runs.
+    pub running: bool,
+    /// Whether migration is paused.
+    pub paused: bool,
+    /// Planning rounds so far.
+    pub rounds: u64,
+    /// Completed moves to the SSD.
+    pub promotions: u64,
+    /// Completed moves to the HDD.
+    pub demotions: u64,
+    /// Bytes copied to the SSD.
+    pub promoted_bytes: u64,
+    /// Bytes copied to the HDD.
+    pub demoted_bytes: u64,
+    /// Completed moves per reason.
+    pub by_reason: Vec<ReasonCount>,
+    /// Recent copy rate to the SSD, bytes/s (about the last 10 s).
+    pub promote_rate: f64,
+    /// Recent copy rate to the HDD, bytes/s.
+    pub demote_rate: f64,
+    /// Moves abandoned because the extent kept changing.
+    pub aborts: u64,
+    /// Moves that failed.
+    pub errors: u64,
+    /// The knobs in force (`[migrate]`).
+    pub config: MigrateConfig,
+}
+
+/// Completed moves for one reason, in [`MigrationStatus`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasonCount {
+    /// Why.
+    pub reason: Reason,
+    /// Moves to the SSD.
+    pub to_ssd: u64,
+    /// Moves to the HDD.
+    pub to_hdd: u64,
+}
+
+/// Answer of [`Request::Status`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// tierd version.
+    pub version: String,
+    /// Volume UUID.
+    pub volume_id: String,
+    /// Seconds since the service started.
+    pub uptime_secs: u64,
+    /// Logical capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Extent size in bytes.
+    pub extent_size: u64,
+    /// SSD first, then HDD.
+    pub tiers: Vec<TierStatus>,
+    /// Reserve.
+    pub reserve: ReserveStatus,
+    /// Share of mapped reads served by the SSD since start (`None`: no reads).
+    pub hit_ratio: Option<f64>,
+    /// Reads of unmapped space (zeros without device I/O).
+    pub read_unmapped: u64,
+    /// New extents that went to the HDD because the SSD was full.
+    pub spills: u64,
+    /// Requests that earned no heat because they were part of a sequential stream.
+    pub sequential_bypasses: u64,
+    /// Slots waiting for a metadata flush before reuse.
+    pub quarantined: u64,
+    /// Pin entries.
+    pub pins: usize,
+    /// Open NBD connections.
+    pub connections: u64,
+    /// Foreground requests in progress.
+    pub inflight: u64,
+    /// Migration.
+    pub migration: MigrationStatus,
+}
+
+/// Where a run of extents lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Where {
+    /// On the SSD.
+    Ssd,
+    /// On the HDD.
+    Hdd,
+    /// Not mapped (reads as zeros).
+    Unmapped,
+}
+
+impl From<Option<Tier>> for Where {
+    fn from(t: Option<Tier>) -> Self {
+        match t {
+            Some(Tier::Ssd) => Where::Ssd,
+            Some(Tier::Hdd) => Where::Hdd,
+            None => Where::Unmapped,
+        }
+    }
+}
+
+/// One run of [`PlacementMap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// First byte.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Where.
+    #[serde(rename = "where")]
+    pub at: Where,
+}
+
+/// Answer of [`Request::Placement`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlacementMap {
+    /// First byte asked about.
+    pub offset: u64,
+    /// Bytes asked about.
+    pub len: u64,
+    /// Extent size in bytes.
+    pub extent_size: u64,
+    /// Logical capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Runs of whole extents, in order, covering the range (rounded out to
+    /// extent boundaries).
+    pub runs: Vec<Run>,
+}
+
+/// The last move of an extent, in [`Explain`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastMove {
+    /// When (Unix seconds).
+    pub at: u64,
+    /// From tier.
+    pub from: Tier,
+    /// To tier.
+    pub to: Tier,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// Answer of [`Request::Explain`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explain {
+    /// Logical extent.
+    pub extent: u64,
+    /// Its first byte.
+    pub offset: u64,
+    /// Extent size.
+    pub len: u64,
+    /// Tier, if mapped.
+    pub tier: Option<Tier>,
+    /// Slot on that tier.
+    pub slot: Option<u32>,
+    /// Blocks holding written data.
+    pub written_blocks: u32,
+    /// Blocks per extent.
+    pub blocks: u32,
+    /// Decayed heat score.
+    pub score: f32,
+    /// Distinct blocks touched recently.
+    pub coverage: u32,
+    /// Pin in force.
+    pub pin: Option<Tier>,
+    /// The last move since the daemon started.
+    pub last_move: Option<LastMove>,
+    /// A sentence on why it sits where it does.
+    pub why: String,
+}
+
+/// One extent of [`Request::Top`]'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TopEntry {
+    /// Logical extent.
+    pub extent: u64,
+    /// Its first byte.
+    pub offset: u64,
+    /// Where it is.
+    pub tier: Tier,
+    /// Decayed heat score.
+    pub score: f32,
+    /// Distinct blocks touched recently.
+    pub coverage: u32,
+    /// Pin, if any.
+    pub pin: Option<Tier>,
+}
+
+/// Answer of pin, unpin, migrate and reserve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ack {
+    /// What was done.
+    pub done: String,
+    /// Migration paused after the request.
+    pub paused: bool,
+    /// Reserve target in bytes after the request.
+    pub reserve_target_bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_reject_unknown_fields() {
+        let r: Request =
+            serde_json::from_str(r#"{"cmd":"pin","offset":0,"len":4096,"tier":"ssd"}"#)
+                .expect("pin parses");
+        assert_eq!(
+            r,
+            Request::Pin {
+                offset: 0,
+                len: 4096,
+                tier: Tier::Ssd
+            }
+        );
+        let r: Request = serde_json::from_str(r#"{"cmd":"top","order":"cold"}"#).expect("top");
+        assert_eq!(
+            r,
+            Request::Top {
+                order: TopOrder::Cold,
+                n: 10
+            }
+        );
+        let s = serde_json::to_string(&Request::Migrate {
+            action: MigrateAction::Now,
+        })
+        .expect("encodes");
+        assert_eq!(s, r#"{"cmd":"migrate","action":"now"}"#);
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"explain","offset":1,"x":1}"#).is_err());
+        assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+    }
+}

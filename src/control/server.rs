@@ -1,0 +1,329 @@
+//! The control server: a tokio Unix-socket listener that answers
+//! line-delimited JSON requests against the [`Live`] state.
+
+use std::future::Future;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::task::JoinSet;
+use tracing::{debug, info, warn};
+
+use super::{
+    Ack, Explain, LastMove, Live, MigrateAction, PlacementMap, Request, Response, Run, TopEntry,
+    TopOrder, Where, MAX_LINE,
+};
+use crate::migrate::policy::effective;
+use crate::volume::Tier;
+
+/// Why the control socket cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Something else sits at the socket path.
+    #[error("{0} exists and is not a socket; refusing to replace it")]
+    NotASocket(String),
+    /// A file operation failed.
+    #[error("control socket {path}: {what}: {source}")]
+    Io {
+        /// The socket path.
+        path: String,
+        /// What failed.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Bind the control socket at `path` (replacing a stale socket, never
+/// anything else) with mode 0600.
+pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+    let p = path.display().to_string();
+    let io = |what: &'static str| {
+        let path = p.clone();
+        move |source| ControlError::Io { path, what, source }
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(ControlError::NotASocket(p));
+        }
+        std::fs::remove_file(path).map_err(io("removing the stale socket"))?;
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io("creating its directory"))?;
+    }
+    let listener = UnixListener::bind(path).map_err(io("binding"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io("restricting it to mode 0600"))?;
+    Ok(listener)
+}
+
+/// Answer control connections until `shutdown` completes.
+pub async fn serve(listener: UnixListener, live: Arc<Live>, shutdown: impl Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    let mut conns = JoinSet::new();
+    loop {
+        while conns.try_join_next().is_some() {}
+        tokio::select! {
+            () = &mut shutdown => break,
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    let live = live.clone();
+                    conns.spawn(async move {
+                        if let Err(e) = connection(stream, live).await {
+                            debug!("control connection ended: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    warn!("control accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    conns.abort_all();
+}
+
+async fn connection(stream: UnixStream, live: Arc<Live>) -> std::io::Result<()> {
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = BufReader::new(rd);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = (&mut rd)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let resp = if line.len() > MAX_LINE {
+            let r = Response::err(format!("request longer than {MAX_LINE} bytes"));
+            write_response(&mut wr, &r).await?;
+            return Ok(());
+        } else if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        } else {
+            match serde_json::from_slice::<Request>(&line) {
+                Ok(req) => handle(&live, req).await,
+                Err(e) => Response::err(format!(
+                    "bad request: {e} (send one JSON object per line, e.g. {{\"cmd\":\"status\"}})"
+                )),
+            }
+        };
+        write_response(&mut wr, &resp).await?;
+    }
+}
+
+async fn write_response(
+    wr: &mut tokio::net::unix::OwnedWriteHalf,
+    resp: &Response,
+) -> std::io::Result<()> {
+    let mut out = serde_json::to_vec(resp).map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    wr.write_all(&out).await
+}
+
+/// Answer one request (volume work runs on a blocking thread).
+pub async fn handle(live: &Arc<Live>, req: Request) -> Response {
+    let l = live.clone();
+    match tokio::task::spawn_blocking(move || handle_blocking(&l, req)).await {
+        Ok(r) => r,
+        Err(e) => Response::err(format!("internal error: {e}")),
+    }
+}
+
+fn handle_blocking(live: &Live, req: Request) -> Response {
+    let vol = &live.volume;
+    let es = vol.geometry().extent_size;
+    match req {
+        Request::Status => Response::ok(live.status()),
+        Request::Placement { offset, len } => {
+            let size = vol.size();
+            let len = len.unwrap_or(size.saturating_sub(offset));
+            if offset >= size || len == 0 || offset.checked_add(len).is_none_or(|e| e > size) {
+                return Response::err(format!(
+                    "range {offset}+{len} is not inside the volume ({size} bytes)"
+                ));
+            }
+            Response::ok(placement(live, offset, len))
+        }
+        Request::Explain { offset } => {
+            let Some(p) = vol.explain(offset / es) else {
+                return Response::err(format!(
+                    "offset {offset} is outside the volume ({} bytes)",
+                    vol.size()
+                ));
+            };
+            let why = match (p.pin, p.tier, p.last_move) {
+                (_, None, _) => "not mapped: never written or trimmed; reads return zeros".into(),
+                (Some(pin), Some(t), _) if pin == t => format!("pinned to the {pin}"),
+                (Some(pin), Some(t), _) => {
+                    format!("pinned to the {pin}, still on the {t}: the migrator moves it when there is room")
+                }
+                (None, Some(t), Some(m)) => {
+                    format!("moved to the {t} ({} migration)", m.reason.name())
+                }
+                (None, Some(t), None) => format!(
+                    "on the {t} since it was first written (or since start); heat {:.2}",
+                    p.score
+                ),
+            };
+            Response::ok(Explain {
+                extent: p.extent,
+                offset: p.offset,
+                len: p.len,
+                tier: p.tier,
+                slot: p.slot,
+                written_blocks: p.written_blocks,
+                blocks: p.blocks,
+                score: p.score,
+                coverage: p.coverage,
+                pin: p.pin,
+                last_move: p.last_move.map(|m| LastMove {
+                    at: m.at,
+                    from: m.from,
+                    to: m.to,
+                    reason: m.reason,
+                }),
+                why,
+            })
+        }
+        Request::Top { order, n } => {
+            let policy = live.migrator.config().policy;
+            let bpe = vol.geometry().blocks_per_extent();
+            let mut c: Vec<_> = vol
+                .candidates()
+                .into_iter()
+                .map(|c| (effective(&policy, &c, bpe), c))
+                .collect();
+            c.sort_by(|a, b| {
+                let o = a.0.total_cmp(&b.0).then(a.1.extent.cmp(&b.1.extent));
+                match order {
+                    TopOrder::Cold => o,
+                    TopOrder::Hot => o.reverse(),
+                }
+            });
+            let top: Vec<TopEntry> = c
+                .into_iter()
+                .take(n)
+                .map(|(_, c)| TopEntry {
+                    extent: c.extent,
+                    offset: c.extent * es,
+                    tier: c.tier,
+                    score: c.score,
+                    coverage: c.coverage,
+                    pin: c.pin,
+                })
+                .collect();
+            Response::ok(top)
+        }
+        Request::Pin { offset, len, tier } => pin(live, offset, len, Some(tier)),
+        Request::Unpin { offset, len } => pin(live, offset, len, None),
+        Request::Migrate { action } => {
+            let m = &live.migrator;
+            let done = match action {
+                MigrateAction::Pause => {
+                    m.set_paused(true);
+                    info!("migration paused by the operator");
+                    "migration paused".to_string()
+                }
+                MigrateAction::Resume => {
+                    m.set_paused(false);
+                    live.wake();
+                    info!("migration resumed by the operator");
+                    "migration resumed".to_string()
+                }
+                MigrateAction::Now => {
+                    if m.paused() {
+                        return Response::err(
+                            "migration is paused: run `tierctl migrate resume` first",
+                        );
+                    }
+                    if live.wake() {
+                        "migration round started".to_string()
+                    } else {
+                        // No background thread (migrate.enabled = false):
+                        // run one round here.
+                        let r = m.run_round(&std::thread::sleep);
+                        format!(
+                            "ran one round: {} planned, {} moved ({} bytes)",
+                            r.planned, r.moved, r.bytes
+                        )
+                    }
+                }
+            };
+            ack(live, done)
+        }
+        Request::Reserve { bytes } => {
+            let ssd = u64::from(vol.geometry().ssd_slots);
+            let extents = bytes.div_ceil(es);
+            if extents > ssd {
+                return Response::err(format!(
+                    "reserve {bytes} bytes is more than the SSD's {} bytes of slots",
+                    ssd * es
+                ));
+            }
+            live.migrator.set_reserve_extents(extents);
+            live.wake();
+            info!(bytes = extents * es, "reserve target set by the operator");
+            ack(
+                live,
+                format!("reserve target set to {} bytes", extents * es),
+            )
+        }
+    }
+}
+
+fn ack(live: &Live, done: String) -> Response {
+    Response::ok(Ack {
+        done,
+        paused: live.migrator.paused(),
+        reserve_target_bytes: live.migrator.reserve_extents() * live.volume.geometry().extent_size,
+    })
+}
+
+fn pin(live: &Live, offset: u64, len: u64, tier: Option<Tier>) -> Response {
+    if len == 0 {
+        return Response::err("empty range: give a length, e.g. 0-1GiB or 4GiB+512MiB");
+    }
+    if let Err(e) = live.volume.pin(offset, len, tier) {
+        return Response::err(e.to_string());
+    }
+    // Honour the pin now rather than at the next interval.
+    live.wake();
+    let what = match tier {
+        Some(t) => format!("pinned {offset}+{len} to the {t}"),
+        None => format!("unpinned {offset}+{len}"),
+    };
+    info!("{what} by the operator");
+    ack(live, what)
+}
+
+/// Runs of whole extents over `[offset, offset+len)`.
+fn placement(live: &Live, offset: u64, len: u64) -> PlacementMap {
+    let vol = &live.volume;
+    let es = vol.geometry().extent_size;
+    let (first, end) = (offset / es, (offset + len).div_ceil(es));
+    let mut runs: Vec<Run> = Vec::new();
+    for e in first..end {
+        let at = Where::from(vol.mapping(e).map(|m| m.loc.tier));
+        match runs.last_mut() {
+            Some(r) if r.at == at => r.len += es,
+            _ => runs.push(Run {
+                offset: e * es,
+                len: es,
+                at,
+            }),
+        }
+    }
+    PlacementMap {
+        offset,
+        len,
+        extent_size: es,
+        capacity_bytes: vol.size(),
+        runs,
+    }
+}
