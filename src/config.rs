@@ -127,6 +127,24 @@ pub struct Config {
     pub export_name: String,
     /// Log filter when RUST_LOG is unset. Default `info`.
     pub log_level: String,
+    /// Serve the volume read-only: writes, trims and zeroing get EPERM and
+    /// clients see `NBD_FLAG_READ_ONLY`. Default false.
+    pub read_only: bool,
+    /// NBD connections served at once; more wait in the listen backlog.
+    /// Default 256.
+    pub max_connections: usize,
+    /// Time a client has from connecting to the end of its handshake
+    /// (including STARTTLS). Default `30s`.
+    #[serde(with = "duration_secs")]
+    pub handshake_timeout: std::time::Duration,
+    /// Server certificate chain (PEM) for NBD over TLS (STARTTLS). With
+    /// `tls-cert` and `tls-key` set, TLS is required of every client.
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of `tls-cert`.
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM): when set, clients must present a certificate
+    /// signed by one of them.
+    pub tls_ca: Option<PathBuf>,
     /// Heat tracking (`[heat]` table).
     pub heat: HeatConfig,
     /// Background migration and placement policy (`[migrate]` table).
@@ -149,6 +167,12 @@ impl Default for Config {
             direct_io: false,
             export_name: String::new(),
             log_level: "info".to_string(),
+            read_only: false,
+            max_connections: 256,
+            handshake_timeout: std::time::Duration::from_secs(30),
+            tls_cert: None,
+            tls_key: None,
+            tls_ca: None,
             heat: HeatConfig::default(),
             migrate: MigrateConfig::default(),
         }
@@ -175,7 +199,7 @@ pub enum ConfigError {
 pub const TABLES: [&str; 2] = ["heat", "migrate"];
 
 /// Keys settable from `TIERD_<KEY>` (upper case, `-` as `_`).
-pub const KEYS: [&str; 13] = [
+pub const KEYS: [&str; 19] = [
     "data-dir",
     "ssd",
     "hdd",
@@ -189,6 +213,12 @@ pub const KEYS: [&str; 13] = [
     "direct-io",
     "export-name",
     "log-level",
+    "read-only",
+    "max-connections",
+    "handshake-timeout",
+    "tls-cert",
+    "tls-key",
+    "tls-ca",
 ];
 
 impl Config {
@@ -287,6 +317,39 @@ impl Config {
             return Err(ConfigError::Invalid {
                 key: "migrate",
                 problem: "scores, margins and reserve-boost must be finite and not negative".into(),
+            });
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::Invalid {
+                key: "max-connections",
+                problem: "must be at least 1".into(),
+            });
+        }
+        if self.handshake_timeout.is_zero() {
+            return Err(ConfigError::Invalid {
+                key: "handshake-timeout",
+                problem: "must be above zero".into(),
+            });
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => {
+                return Err(ConfigError::Invalid {
+                    key: "tls-key",
+                    problem: "tls-cert is set but tls-key is not: TLS needs both".into(),
+                })
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::Invalid {
+                    key: "tls-cert",
+                    problem: "tls-key is set but tls-cert is not: TLS needs both".into(),
+                })
+            }
+            _ => {}
+        }
+        if self.tls_ca.is_some() && self.tls_cert.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "tls-ca",
+                problem: "client certificates need TLS: set tls-cert and tls-key too".into(),
             });
         }
         if tracing_level_ok(&self.log_level).is_err() {

@@ -183,6 +183,9 @@ pub async fn run(
     let opts = ServerOptions {
         export_name: cfg.export_name.clone(),
         description: format!("tierd volume {}", volume.id()),
+        read_only: cfg.read_only,
+        max_connections: cfg.max_connections,
+        handshake_timeout: cfg.handshake_timeout,
         ..ServerOptions::default()
     };
     let server = Server::new(volume.clone(), opts);

@@ -4,8 +4,9 @@
 //! store, a bad configuration value) exits non-zero with a message naming
 //! the problem, and leaves both image files byte-identical and the metadata
 //! store logically unchanged; `format --force` does overwrite; `tierctl
-//! device --json` reports each device's role; and the first start on an
-//! empty data directory (create + format + serve) works every time.
+//! device --json` reports each device's role; a second daemon on a held
+//! store is refused clearly; and the first start on an empty data directory
+//! (create + format + serve) works every time.
 
 mod common;
 
@@ -483,5 +484,39 @@ fn first_start_formats_and_serves_every_time() {
         "{} of {STARTS} first starts failed:\n{}",
         failures.len(),
         failures.join("\n")
+    );
+}
+
+/// A second `tierd serve` on a data directory a running daemon holds is
+/// refused with a message that says so, and the running daemon is
+/// unaffected.
+#[test]
+fn second_daemon_on_a_held_store_is_refused_clearly() {
+    let d = common::Daemon::start_with(common::DaemonOptions::small());
+    run_ok(
+        common::tool("qemu-io")
+            .args(["-f", "raw", "-c", "write -P 0x3c 0 1M", "-c", "flush"])
+            .arg(d.uri()),
+    );
+    let msg = refused(
+        tierd(&[
+            &"serve",
+            &"--data-dir",
+            &d.data_dir(),
+            &"--listen",
+            &"127.0.0.1:0",
+        ]),
+        &[],
+    );
+    // The running daemon is unaffected.
+    run_ok(
+        common::tool("qemu-io")
+            .args(["-f", "raw", "-c", "read -P 0x3c 0 1M"])
+            .arg(d.uri()),
+    );
+    assert!(
+        msg.contains("another tierd running"),
+        "the refusal should say the store is held by another tierd \
+         (service.rs maps this to \"locked by another process: is another tierd running on it?\"), got:\n{msg}"
     );
 }

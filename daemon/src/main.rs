@@ -78,6 +78,24 @@ struct Common {
     /// Open devices with O_DIRECT.
     #[arg(long)]
     direct_io: bool,
+    /// Serve the volume read-only (writes get EPERM).
+    #[arg(long)]
+    read_only: bool,
+    /// NBD connections served at once (default 256).
+    #[arg(long, value_name = "N")]
+    max_connections: Option<String>,
+    /// Time allowed for a client's handshake, e.g. 30s, 500ms (default 30s).
+    #[arg(long, value_name = "DURATION")]
+    handshake_timeout: Option<String>,
+    /// Server certificate (PEM): serve NBD over TLS only (STARTTLS).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// CA certificates (PEM): require client certificates signed by them.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
     /// Log level when RUST_LOG is unset (error, warn, info, debug, trace).
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
@@ -98,6 +116,12 @@ impl Common {
             ("unix", path(&self.unix)),
             ("extent-size", self.extent_size.clone()),
             ("reserve", self.reserve.clone()),
+            ("read-only", self.read_only.then(|| "true".to_string())),
+            ("max-connections", self.max_connections.clone()),
+            ("handshake-timeout", self.handshake_timeout.clone()),
+            ("tls-cert", path(&self.tls_cert)),
+            ("tls-key", path(&self.tls_key)),
+            ("tls-ca", path(&self.tls_ca)),
             ("log-level", self.log_level.clone()),
             ("direct-io", self.direct_io.then(|| "true".to_string())),
         ] {
