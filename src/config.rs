@@ -145,6 +145,13 @@ pub struct Config {
     /// CA certificates (PEM): when set, clients must present a certificate
     /// signed by one of them.
     pub tls_ca: Option<PathBuf>,
+    /// HTTP address serving Prometheus metrics at `/metrics`; empty for
+    /// none. Default `127.0.0.1:10810` (next to NBD's 10809; see
+    /// docs/metrics.md for why not in the exporters' 9100-9999 range).
+    pub metrics_listen: String,
+    /// The control socket (`tierctl`); `""` for none.
+    /// Default `<data-dir>/control.sock`.
+    pub control: Option<PathBuf>,
     /// Heat tracking (`[heat]` table).
     pub heat: HeatConfig,
     /// Background migration and placement policy (`[migrate]` table).
@@ -173,6 +180,8 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
+            metrics_listen: DEFAULT_METRICS_LISTEN.to_string(),
+            control: None,
             heat: HeatConfig::default(),
             migrate: MigrateConfig::default(),
         }
@@ -199,7 +208,7 @@ pub enum ConfigError {
 pub const TABLES: [&str; 2] = ["heat", "migrate"];
 
 /// Keys settable from `TIERD_<KEY>` (upper case, `-` as `_`).
-pub const KEYS: [&str; 19] = [
+pub const KEYS: [&str; 21] = [
     "data-dir",
     "ssd",
     "hdd",
@@ -219,7 +228,12 @@ pub const KEYS: [&str; 19] = [
     "tls-cert",
     "tls-key",
     "tls-ca",
+    "metrics-listen",
+    "control",
 ];
+
+/// Default address of the metrics endpoint.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:10810";
 
 impl Config {
     /// Load: defaults < `file` (if any) < `TIERD_*` variables from `env` <
@@ -277,6 +291,27 @@ impl Config {
                     self.listen
                 ),
             });
+        }
+        if !self.metrics_listen.is_empty() && self.metrics_listen.parse::<SocketAddr>().is_err() {
+            return Err(ConfigError::Invalid {
+                key: "metrics-listen",
+                problem: format!(
+                    "{:?} is not HOST:PORT (for example {DEFAULT_METRICS_LISTEN}); \"\" turns metrics off",
+                    self.metrics_listen
+                ),
+            });
+        }
+        if let Some(p) = self.control_path() {
+            // sockaddr_un holds 108 bytes including the terminating NUL.
+            if p.as_os_str().len() > 107 {
+                return Err(ConfigError::Invalid {
+                    key: "control",
+                    problem: format!(
+                        "{} is longer than a Unix socket path may be (107 bytes); choose a shorter path",
+                        p.display()
+                    ),
+                });
+            }
         }
         if self.listen.is_empty() && self.unix.is_none() {
             return Err(ConfigError::Invalid {
@@ -383,6 +418,15 @@ impl Config {
         self.meta_dir
             .clone()
             .unwrap_or_else(|| self.data_dir.join("meta"))
+    }
+
+    /// The control socket path, or `None` when turned off (`control = ""`).
+    pub fn control_path(&self) -> Option<PathBuf> {
+        match &self.control {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+            None => Some(self.data_dir.join("control.sock")),
+        }
     }
 
     /// Whether both devices are the embedded default image files.

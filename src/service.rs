@@ -12,7 +12,9 @@ use tokio::net::{TcpListener, UnixListener};
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::control::{self, ConnectionProbe, Live};
 use crate::device::{BlockDevice, FileDevice};
+use crate::metrics;
 use crate::migrate::Migrator;
 use crate::nbd::{Server, ServerOptions};
 use crate::store::{MetaStore, SledStore, StoreError};
@@ -87,7 +89,11 @@ pub fn open_store(cfg: &Config) -> Result<Arc<SledStore>> {
         .map_err(|source| ServiceError::Store {
             path: path.clone(),
             source: match source {
-                StoreError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // sled wraps the lock's EWOULDBLOCK in an error of its own kind.
+                StoreError::Io(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.to_string().contains("could not acquire lock") =>
+                {
                     StoreError::Backend(
                         "locked by another process: is another tierd running on it?".into(),
                     )
@@ -102,14 +108,19 @@ pub fn format(cfg: &Config, force: bool) -> Result<Geometry> {
     if cfg.uses_default_images() {
         create_default_images(cfg, false)?;
     }
-    let devices = open_devices(cfg)?;
     let store = open_store(cfg)?;
+    format_with(cfg, store.as_ref(), force)
+}
+
+/// [`format`] with an already open store.
+fn format_with(cfg: &Config, store: &dyn MetaStore, force: bool) -> Result<Geometry> {
+    let devices = open_devices(cfg)?;
     let opts = FormatOptions {
         extent_size: cfg.extent_size.0,
         reserve: cfg.reserve.map(|r| r.0),
         force,
     };
-    Ok(Volume::format(&devices, store.as_ref(), &opts)?)
+    Ok(Volume::format(&devices, store, &opts)?)
 }
 
 /// Create the default image files (sparse). With `require_new`, both must
@@ -145,9 +156,14 @@ fn create_default_images(cfg: &Config, require_new: bool) -> Result<()> {
 pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
     let mut formatted = false;
     let store_exists = SledStore::exists(&cfg.meta_path());
+    // Opened once: sled releases its lock asynchronously after a drop, so
+    // formatting and then reopening could race our own lock.
+    let mut store: Option<Arc<SledStore>> = None;
     if cfg.uses_default_images() && !store_exists {
         create_default_images(cfg, true)?;
-        let geo = format(cfg, false)?;
+        let s = open_store(cfg)?;
+        let geo = format_with(cfg, s.as_ref(), false)?;
+        store = Some(s);
         info!(
             capacity = geo.capacity(),
             "formatted a new volume on the default image files"
@@ -162,7 +178,10 @@ pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
         )));
     }
     let devices = open_devices(cfg)?;
-    let store: Arc<dyn MetaStore> = open_store(cfg)?;
+    let store: Arc<dyn MetaStore> = match store {
+        Some(s) => s,
+        None => open_store(cfg)?,
+    };
     let opts = VolumeOptions {
         heat: cfg.heat,
         ..VolumeOptions::default()
@@ -173,12 +192,40 @@ pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
     ))
 }
 
+/// Hooks the binary gives [`run_with`]: how to reload the configuration on
+/// SIGHUP and how to change the log level live.
+#[derive(Default)]
+pub struct Hooks {
+    /// Load the configuration again from the same file, environment and
+    /// flags; `Err` is a message to log (the old configuration stays).
+    pub reload: Option<ReloadFn>,
+    /// Apply a new log level; `Err` says why not.
+    pub set_log_level: Option<LogLevelFn>,
+}
+
+/// See [`Hooks::reload`].
+pub type ReloadFn = Box<dyn Fn() -> std::result::Result<Config, String> + Send + Sync>;
+/// See [`Hooks::set_log_level`].
+pub type LogLevelFn = Box<dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync>;
+
 /// Serve `volume` over NBD on the configured endpoints until `shutdown`
 /// completes; then finish in-flight requests and flush the volume.
 pub async fn run(
     cfg: &Config,
     volume: Arc<Volume>,
     shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    run_with(cfg, volume, shutdown, Hooks::default()).await
+}
+
+/// [`run`] with hooks: also serves metrics and the control socket as
+/// configured, reloads on SIGHUP, and tells systemd when it is ready and
+/// when it stops (`NOTIFY_SOCKET`).
+pub async fn run_with(
+    cfg: &Config,
+    volume: Arc<Volume>,
+    shutdown: impl Future<Output = ()>,
+    hooks: Hooks,
 ) -> Result<()> {
     let opts = ServerOptions {
         export_name: cfg.export_name.clone(),
@@ -204,6 +251,7 @@ pub async fn run(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let mut probe = ConnectionProbe::default();
     let mut tasks = tokio::task::JoinSet::new();
     if !cfg.listen.is_empty() {
         let listener = TcpListener::bind(&cfg.listen)
@@ -215,6 +263,7 @@ pub async fn run(
         if !addr.ip().is_loopback() {
             warn!(%addr, "serving NBD beyond loopback without TLS: anyone who can reach this address can read and write the volume");
         }
+        probe.tcp_port = Some(addr.port());
         info!(%addr, "serving NBD over TCP");
         let (server, rx) = (server.clone(), stop_rx.clone());
         tasks.spawn(async move { server.serve_tcp(listener, stopped(rx)).await });
@@ -237,17 +286,81 @@ pub async fn run(
             UnixListener::bind(path).map_err(io_ctx(format!("binding {}", path.display())))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(io_ctx(format!("restricting {}", path.display())))?;
+        probe.unix = Some(path.clone());
         info!(path = %path.display(), "serving NBD over a Unix socket");
         let (server, rx) = (server.clone(), stop_rx.clone());
         tasks.spawn(async move { server.serve_unix(listener, stopped(rx)).await });
     }
-    tokio::select! {
-        _ = shutdown => info!("shutting down: finishing in-flight requests"),
-        Some(res) = tasks.join_next() => {
-            // A listener died on its own: stop the others too.
-            warn!("a listener stopped unexpectedly: {res:?}");
+    let live = Arc::new(Live::new(volume.clone(), migrator.clone(), worker, probe));
+    // Side services: their end never stops the daemon.
+    let mut side = tokio::task::JoinSet::new();
+    if let Some(path) = cfg.control_path() {
+        let listener = control::bind(&path).map_err(|e| ServiceError::Refused(e.to_string()))?;
+        info!(path = %path.display(), "control socket ready");
+        let (live, rx) = (live.clone(), stop_rx.clone());
+        side.spawn(async move { control::serve(listener, live, stopped(rx)).await });
+    }
+    if !cfg.metrics_listen.is_empty() {
+        // Metrics are worth less than serving the volume: a busy port or a
+        // recorder failure is logged, not fatal.
+        match (
+            metrics::install(),
+            TcpListener::bind(&cfg.metrics_listen).await,
+        ) {
+            (Ok(handle), Ok(listener)) => {
+                match listener.local_addr() {
+                    Ok(addr) => info!("serving metrics on http://{addr}/metrics"),
+                    Err(e) => warn!("metrics listener address: {e}"),
+                }
+                let (live, rx) = (live.clone(), stop_rx.clone());
+                side.spawn(async move { metrics::serve(listener, handle, live, stopped(rx)).await });
+            }
+            (Err(e), _) => warn!("metrics are off: {e}"),
+            (_, Err(e)) => warn!(
+                "metrics are off: cannot listen on {} ({e}); set metrics-listen to a free HOST:PORT or \"\"",
+                cfg.metrics_listen
+            ),
         }
     }
+    {
+        let (live, mut rx) = (live.clone(), stop_rx.clone());
+        side.spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => live.sample(),
+                    _ = rx.wait_for(|s| *s) => break,
+                }
+            }
+        });
+    }
+    sd_notify("READY=1\nSTATUS=serving");
+    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!("cannot watch SIGHUP ({e}); configuration reload is off");
+            None
+        }
+    };
+    let mut applied = cfg.clone();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => {
+                info!("shutting down: finishing in-flight requests");
+                break;
+            }
+            Some(res) = tasks.join_next() => {
+                // A listener died on its own: stop the others too.
+                warn!("a listener stopped unexpectedly: {res:?}");
+                break;
+            }
+            Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => None } } => {
+                reload(&hooks, &mut applied, &live);
+            }
+        }
+    }
+    sd_notify("STOPPING=1");
     let _ = stop_tx.send(true);
     while let Some(res) = tasks.join_next().await {
         match res {
@@ -256,9 +369,14 @@ pub async fn run(
             Ok(Ok(())) => {}
         }
     }
+    while side.join_next().await.is_some() {}
     if let Some(path) = &cfg.unix {
         let _ = std::fs::remove_file(path);
     }
+    if let Some(path) = cfg.control_path() {
+        let _ = std::fs::remove_file(path);
+    }
+    let worker = live.worker.lock().take();
     if let Some(w) = worker {
         // Finishes its current move and saves heat.
         tokio::task::spawn_blocking(move || w.stop())
@@ -271,4 +389,103 @@ pub async fn run(
         .map_err(|e| ServiceError::Refused(format!("flush task failed: {e}")))??;
     info!("volume flushed; bye");
     Ok(())
+}
+
+/// SIGHUP: load the configuration again, apply what can change live and
+/// log what needs a restart.
+fn reload(hooks: &Hooks, applied: &mut Config, live: &Arc<Live>) {
+    let Some(load) = &hooks.reload else {
+        warn!("SIGHUP: this process cannot reload its configuration");
+        return;
+    };
+    let new = match load() {
+        Ok(c) => c,
+        Err(e) => {
+            warn!("SIGHUP: configuration not reloaded, the old one stays in force: {e}");
+            return;
+        }
+    };
+    let mut changed = Vec::new();
+    if new.migrate != applied.migrate {
+        live.migrator.set_config(new.migrate);
+        if new.migrate.enabled && live.worker.lock().is_none() {
+            match live.migrator.spawn() {
+                Ok(h) => *live.worker.lock() = Some(h),
+                Err(e) => warn!("starting the migration thread: {e}"),
+            }
+        }
+        changed.push("migrate");
+    }
+    if new.log_level != applied.log_level {
+        match &hooks.set_log_level {
+            Some(set) => match set(&new.log_level) {
+                Ok(()) => changed.push("log-level"),
+                Err(e) => warn!("log-level not changed: {e}"),
+            },
+            None => warn!("log-level changed but cannot be applied live: restart tierd"),
+        }
+    }
+    let restart: Vec<&str> = [
+        ("data-dir", new.data_dir != applied.data_dir),
+        ("ssd", new.ssd != applied.ssd),
+        ("hdd", new.hdd != applied.hdd),
+        ("meta-dir", new.meta_dir != applied.meta_dir),
+        ("listen", new.listen != applied.listen),
+        ("unix", new.unix != applied.unix),
+        ("direct-io", new.direct_io != applied.direct_io),
+        ("export-name", new.export_name != applied.export_name),
+        (
+            "metrics-listen",
+            new.metrics_listen != applied.metrics_listen,
+        ),
+        ("control", new.control != applied.control),
+        ("heat", new.heat != applied.heat),
+    ]
+    .into_iter()
+    .filter_map(|(k, c)| c.then_some(k))
+    .collect();
+    let format_only: Vec<&str> = [
+        ("ssd-size", new.ssd_size != applied.ssd_size),
+        ("hdd-size", new.hdd_size != applied.hdd_size),
+        ("extent-size", new.extent_size != applied.extent_size),
+        ("reserve", new.reserve != applied.reserve),
+    ]
+    .into_iter()
+    .filter_map(|(k, c)| c.then_some(k))
+    .collect();
+    info!(applied = ?changed, "SIGHUP: configuration reloaded");
+    if !restart.is_empty() {
+        warn!(keys = ?restart, "SIGHUP: these changes take effect only after a restart (the [heat] half-life is fixed when the volume opens)");
+    }
+    if !format_only.is_empty() {
+        warn!(keys = ?format_only, "SIGHUP: these keys apply only when a volume is formatted; the running volume keeps its geometry (use `tierctl reserve set` for a live reserve target)");
+    }
+    // Keep the restart-only keys as they are in force, so they are reported
+    // again on the next reload until the restart.
+    applied.migrate = new.migrate;
+    if changed.contains(&"log-level") {
+        applied.log_level = new.log_level;
+    }
+}
+
+/// Tell systemd about our state (`sd_notify(3)` datagram protocol); a
+/// no-op without `NOTIFY_SOCKET`.
+pub fn sd_notify(state: &str) {
+    use std::os::unix::net::UnixDatagram;
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sent = UnixDatagram::unbound().and_then(|sock| {
+        let bytes = path.as_encoded_bytes();
+        if let Some(name) = bytes.strip_prefix(b"@") {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+            sock.send_to_addr(state.as_bytes(), &addr)
+        } else {
+            sock.send_to(state.as_bytes(), &path)
+        }
+    });
+    if let Err(e) = sent {
+        warn!("notifying systemd ({state:?}): {e}");
+    }
 }

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+mod bench_cmd;
+
 use clap::{Args, Parser, Subcommand};
 use tierd::config::Config;
 use tierd::service;
@@ -36,6 +38,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Benchmark the hybrid against a pure SSD and a pure HDD, on device
+    /// models (virtual or real clock) or real devices.
+    Bench(bench_cmd::BenchArgs),
 }
 
 /// Flags shared by every subcommand; each overrides the config file and the
@@ -99,6 +104,12 @@ struct Common {
     /// Log level when RUST_LOG is unset (error, warn, info, debug, trace).
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
+    /// Prometheus metrics endpoint (default 127.0.0.1:10810; "" for none).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<String>,
+    /// Control socket for tierctl (default DATA_DIR/control.sock; "" for none).
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
 }
 
 impl Common {
@@ -124,6 +135,8 @@ impl Common {
             ("tls-ca", path(&self.tls_ca)),
             ("log-level", self.log_level.clone()),
             ("direct-io", self.direct_io.then(|| "true".to_string())),
+            ("metrics-listen", self.metrics_listen.clone()),
+            ("control", path(&self.control)),
         ] {
             if let Some(v) = v {
                 o.push((k, v));
@@ -137,29 +150,38 @@ impl Common {
     }
 }
 
-fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+type LogHandle =
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
+
+/// Set up logging; returns a handle to change the level live, unless
+/// RUST_LOG (which wins over the configuration) is set.
+fn init_logging(level: &str) -> Option<LogHandle> {
+    use tracing_subscriber::prelude::*;
+    let (filter, from_env) = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(f) => (f, true),
+        Err(_) => (tracing_subscriber::EnvFilter::new(level), false),
+    };
+    let (layer, handle) = tracing_subscriber::reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(layer)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
+    (!from_env).then_some(handle)
 }
 
-async fn shutdown_signal() {
+/// Install the SIGTERM and SIGINT handlers now (before anything is
+/// served, so an early signal is never fatal) and return the future that
+/// completes on either.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+    let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("watching SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-        Err(e) => {
-            tracing::warn!("cannot watch SIGTERM ({e}); only SIGINT stops tierd");
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    })
 }
 
 fn main() -> anyhow::Result<()> {
@@ -167,7 +189,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve(Common::default())) {
         Command::Serve(common) => {
             let cfg = common.load()?;
-            init_logging(&cfg.log_level);
+            let log = init_logging(&cfg.log_level);
             let (volume, _) = service::prepare(&cfg).context("opening the volume")?;
             let g = volume.geometry();
             tracing::info!(
@@ -183,9 +205,26 @@ fn main() -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
-            rt.block_on(service::run(&cfg, volume, shutdown_signal()))
+            let reload_from = common.clone();
+            let hooks = service::Hooks {
+                reload: Some(Box::new(move || {
+                    reload_from.load().map_err(|e| format!("{e:#}"))
+                })),
+                set_log_level: Some(Box::new(move |level: &str| match &log {
+                    Some(h) => h
+                        .reload(tracing_subscriber::EnvFilter::new(level))
+                        .map_err(|e| e.to_string()),
+                    None => Err("RUST_LOG is set and wins over log-level".into()),
+                })),
+            };
+            let shutdown = rt.block_on(async { shutdown_signal() })?;
+            rt.block_on(service::run_with(&cfg, volume, shutdown, hooks))
                 .context("serving the volume")?;
             Ok(())
+        }
+        Command::Bench(args) => {
+            init_logging("warn");
+            bench_cmd::run(args)
         }
         Command::Format {
             common,
@@ -193,7 +232,7 @@ fn main() -> anyhow::Result<()> {
             json,
         } => {
             let cfg = common.load()?;
-            init_logging(&cfg.log_level);
+            let _ = init_logging(&cfg.log_level);
             let geo = service::format(&cfg, force).context("formatting")?;
             if json {
                 let out = serde_json::json!({

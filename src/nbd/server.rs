@@ -980,32 +980,47 @@ impl Server {
         tx: mpsc::UnboundedSender<Outgoing>,
     ) {
         let export = Arc::clone(&self.inner.export);
-        tokio::spawn(
-            async move {
-                let result = tokio::task::spawn_blocking(move || run_op(&*export, op)).await;
-                let (head, data) = match result {
-                    Ok(Ok(out)) => success_reply(cookie, structured, out),
-                    Ok(Err(e)) => {
-                        debug!(cookie, errno = e.errno(), "request failed: {e}");
-                        (
-                            error_reply(cookie, structured, e.errno(), &e.to_string()),
-                            None,
-                        )
-                    }
-                    Err(e) => {
-                        warn!(cookie, "request task failed: {e}");
-                        let msg = "internal server error";
-                        (error_reply(cookie, structured, proto::EIO, msg), None)
-                    }
-                };
-                let _ = tx.send(Outgoing {
-                    head,
-                    data,
-                    _permits: Some(permits),
-                });
-            }
-            .in_current_span(),
-        );
+        // Per-command request metrics (count, payload bytes, latency).
+        let (command, bytes) = match &op {
+            Op::Read { len, .. } => ("read", u64::from(*len)),
+            Op::Write { data, .. } => ("write", data.len() as u64),
+            Op::Flush => ("flush", 0),
+            Op::Trim { .. } => ("trim", 0),
+            Op::Cache { .. } => ("cache", 0),
+            Op::WriteZeroes { .. } => ("write_zeroes", 0),
+            Op::BlockStatus { .. } => ("block_status", 0),
+        };
+        let started = std::time::Instant::now();
+        let span = tracing::Span::current();
+        // One hand-off only: the blocking thread runs the op, encodes the
+        // reply and queues it for the writer (no intermediate async task).
+        tokio::task::spawn_blocking(move || {
+            let _enter = span.enter();
+            let result =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_op(&*export, op)));
+            let ok = matches!(result, Ok(Ok(_)));
+            crate::metrics::record_nbd_request(command, bytes, started.elapsed(), ok);
+            let (head, data) = match result {
+                Ok(Ok(out)) => success_reply(cookie, structured, out),
+                Ok(Err(e)) => {
+                    debug!(cookie, errno = e.errno(), "request failed: {e}");
+                    (
+                        error_reply(cookie, structured, e.errno(), &e.to_string()),
+                        None,
+                    )
+                }
+                Err(_) => {
+                    warn!(cookie, "request panicked in the export");
+                    let msg = "internal server error";
+                    (error_reply(cookie, structured, proto::EIO, msg), None)
+                }
+            };
+            let _ = tx.send(Outgoing {
+                head,
+                data,
+                _permits: Some(permits),
+            });
+        });
     }
 }
 

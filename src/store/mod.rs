@@ -28,7 +28,10 @@ pub enum StoreError {
 
 impl From<sled::Error> for StoreError {
     fn from(e: sled::Error) -> Self {
-        StoreError::Backend(e.to_string())
+        match e {
+            sled::Error::Io(io) => StoreError::Io(io),
+            other => StoreError::Backend(other.to_string()),
+        }
     }
 }
 

@@ -244,6 +244,8 @@ pub struct DaemonOptions {
     pub log_level: String,
     /// Further `tierd serve` arguments.
     pub extra_args: Vec<String>,
+    /// Extra environment variables of the daemon (e.g. `TIERD_*`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for DaemonOptions {
@@ -254,6 +256,7 @@ impl Default for DaemonOptions {
             extent_size: "1MiB".into(),
             log_level: "info".into(),
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -305,16 +308,7 @@ impl Daemon {
             match d.spawn_and_wait() {
                 Ok(()) => return d,
                 Err(msg) if msg.contains("in use") && attempt < 4 => continue,
-                // Known product bug (see format_refusals.rs,
-                // first_start_is_reliable): the first start formats the
-                // default images and then sometimes finds the metadata
-                // store still locked by itself. The format did complete, so
-                // a second start opens the volume. Retry loudly so every
-                // other test keeps testing what it is about.
-                Err(msg) if msg.contains("could not acquire lock") && attempt < 4 => {
-                    eprintln!("KNOWN BUG: tierd first start failed on its own store lock; retrying\n{msg}");
-                    continue;
-                }
+
                 Err(msg) => panic!("{msg}"),
             }
         }
@@ -370,6 +364,7 @@ impl Daemon {
             .args(["--extent-size", &self.opts.extent_size])
             .args(["--log-level", &self.opts.log_level])
             .args(&self.opts.extra_args)
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())

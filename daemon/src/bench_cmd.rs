@@ -1,0 +1,165 @@
+//! `tierd bench`: flag parsing and output for the library's benchmark.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use tierd::bench::{self, BenchOptions, ClockKind};
+use tierd::config::ByteSize;
+use tierd::device::model::ModelKind;
+
+/// Flags of `tierd bench`.
+#[derive(Args, Clone)]
+pub struct BenchArgs {
+    /// The full preset (a Fusion-sized 128 GiB + 1 TiB volume, every suite).
+    #[arg(long, conflicts_with = "quick")]
+    full: bool,
+    /// The quick preset (the default): 4 GiB + 32 GiB, a few minutes.
+    #[arg(long)]
+    quick: bool,
+    /// Run only these suites (repeatable): sequential, random, qd-sweep,
+    /// bs-sweep, response, iometer, zipf, shift, landing.
+    #[arg(long = "suite", value_name = "NAME")]
+    suites: Vec<String>,
+    /// virtual (modelled time, deterministic) or real (wall clock).
+    #[arg(long, default_value = "virtual", value_name = "CLOCK")]
+    clock: String,
+    /// SSD model: ssd-sata or ssd-nvme.
+    #[arg(long, default_value = "ssd-sata", value_name = "MODEL")]
+    ssd_model: String,
+    /// HDD model: hdd-5400 or hdd-7200.
+    #[arg(long, default_value = "hdd-5400", value_name = "MODEL")]
+    hdd_model: String,
+    /// SSD size (modelled devices).
+    #[arg(long, value_name = "SIZE")]
+    ssd_size: Option<String>,
+    /// HDD size (modelled devices).
+    #[arg(long, value_name = "SIZE")]
+    hdd_size: Option<String>,
+    /// Test region of the drive suites.
+    #[arg(long, value_name = "SIZE")]
+    region: Option<String>,
+    /// Extent size.
+    #[arg(long, default_value = "1MiB", value_name = "SIZE")]
+    extent_size: String,
+    /// Seed (virtual runs are identical for the same seed).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Multiply every run's length.
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// A real SSD to benchmark (destroys its contents).
+    #[arg(long, value_name = "PATH", requires = "hdd")]
+    ssd: Option<PathBuf>,
+    /// A real HDD to benchmark (destroys its contents).
+    #[arg(long, value_name = "PATH", requires = "ssd")]
+    hdd: Option<PathBuf>,
+    /// Confirm that the real devices' contents may be destroyed.
+    #[arg(long)]
+    yes_destroy_data: bool,
+    /// Directory for bench.json, the SVG charts and report.md.
+    #[arg(long, default_value = "tierd-bench-report", value_name = "DIR")]
+    out: PathBuf,
+    /// Print the JSON record on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn model(name: &str, want_ssd: bool) -> anyhow::Result<ModelKind> {
+    let m = ModelKind::parse(name).with_context(|| {
+        format!("unknown device model {name:?}: use ssd-sata, ssd-nvme, hdd-5400 or hdd-7200")
+    })?;
+    if m.name().starts_with("ssd") != want_ssd {
+        bail!(
+            "{name} is not a{} model",
+            if want_ssd { "n SSD" } else { "n HDD" }
+        );
+    }
+    Ok(m)
+}
+
+fn size(s: &Option<String>, key: &str) -> anyhow::Result<Option<u64>> {
+    s.as_deref()
+        .map(|v| {
+            ByteSize::parse(v)
+                .map(|b| b.0)
+                .with_context(|| format!("--{key}"))
+        })
+        .transpose()
+}
+
+/// Run the benchmark.
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    let mut o = BenchOptions::preset(!a.full);
+    o.suites = a.suites.clone();
+    bench::check_suites(&o.suites)?;
+    o.clock = match a.clock.as_str() {
+        "virtual" => ClockKind::Virtual,
+        "real" => ClockKind::Real,
+        other => bail!("--clock {other:?}: use virtual or real"),
+    };
+    o.ssd_model = Some(model(&a.ssd_model, true)?);
+    o.hdd_model = Some(model(&a.hdd_model, false)?);
+    if let Some(v) = size(&a.ssd_size, "ssd-size")? {
+        o.ssd_size = v;
+    }
+    if let Some(v) = size(&a.hdd_size, "hdd-size")? {
+        o.hdd_size = v;
+    }
+    if let Some(v) = size(&a.region, "region")? {
+        o.region = v;
+    }
+    o.extent_size = ByteSize::parse(&a.extent_size).context("--extent-size")?.0;
+    o.seed = a.seed;
+    if !(a.time_scale > 0.0 && a.time_scale.is_finite()) {
+        bail!("--time-scale must be a positive number");
+    }
+    o.time_scale = a.time_scale;
+    if let (Some(ssd), Some(hdd)) = (&a.ssd, &a.hdd) {
+        if !a.yes_destroy_data {
+            bail!("benchmarking real devices destroys their contents: add --yes-destroy-data");
+        }
+        bench::check_real_devices(&[ssd, hdd])?;
+        o.devices = Some((ssd.clone(), hdd.clone()));
+        o.clock = ClockKind::Real;
+        o.ssd_model = None;
+        o.hdd_model = None;
+    }
+    let bar = if a.json {
+        None
+    } else {
+        let b = ProgressBar::new(0);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] suite {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+        Some(b)
+    };
+    let b = bench::Bench::new(o, bar.clone())?;
+    if let Some(p) = &bar {
+        p.set_length(b.selected().len() as u64);
+    }
+    let report = b.run();
+    if let Some(p) = &bar {
+        p.finish_and_clear();
+    }
+    bench::report::write_all(&report, &a.out)
+        .with_context(|| format!("writing the report to {}", a.out.display()))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", bench::report::summary(&report));
+        println!(
+            "\nreport: {}/report.md, data: {}/bench.json",
+            a.out.display(),
+            a.out.display()
+        );
+    }
+    let errors: u64 = report.points.iter().map(|p| p.errors).sum();
+    if errors > 0 {
+        bail!("{errors} requests failed during the benchmark");
+    }
+    Ok(())
+}

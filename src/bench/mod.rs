@@ -1,0 +1,455 @@
+//! `tierd bench`: how much the hybrid gains over a pure HDD and how close it
+//! comes to a pure SSD, in one run, on modelled or real devices.
+//!
+//! Targets: `hybrid` (the real engine — volume, heat, migrator — over the
+//! SSD and HDD), `pure-ssd` (an SSD of the volume's size alone) and
+//! `pure-hdd` (the HDD alone), each over the same test region. Clocks:
+//! **virtual** (the default: data-less devices with timing models, a
+//! deterministic scheduler; hours of a Fusion-sized volume in minutes) and
+//! **real** (image files or real devices, wall-clock time, models sleeping
+//! precisely; real devices run with no model).
+//!
+//! Submodules: [`sched`] (virtual time), [`workload`] (access patterns),
+//! [`target`] (targets and the runner), [`suites`], [`report`].
+
+pub mod report;
+pub mod sched;
+pub mod suites;
+pub mod target;
+pub mod workload;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::ProgressBar;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use crate::clock::{Clock, SystemClock};
+use crate::device::model::{HddParams, ModelKind};
+use crate::device::{BlockDevice, FileDevice, NullDevice, TimeMode, TimedDevice};
+use crate::heat::HeatConfig;
+use crate::migrate::worker::MigratorHandle;
+use crate::migrate::{MigrateConfig, Migrator};
+use crate::store::{MemStore, MetaStore};
+use crate::volume::{Devices, FormatOptions, Volume, VolumeOptions};
+use sched::{VirtualClock, VirtualSched};
+use suites::{Chart, Finding, Point, SUITES};
+use target::{Hybrid, Mode, Pure, Target};
+
+/// Errors of a benchmark run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Bad options.
+    #[error("{0}")]
+    Options(String),
+    /// Building the targets failed.
+    #[error("setting up {what}: {source}")]
+    Setup {
+        /// What.
+        what: String,
+        /// Why.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+fn setup<E: std::error::Error + Send + Sync + 'static>(
+    what: &str,
+) -> impl FnOnce(E) -> BenchError + '_ {
+    move |e| BenchError::Setup {
+        what: what.to_string(),
+        source: Box::new(e),
+    }
+}
+
+/// Which clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockKind {
+    /// Modelled time over data-less devices.
+    Virtual,
+    /// Wall-clock time.
+    Real,
+}
+
+/// Benchmark options.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchOptions {
+    /// The quick preset (minutes) instead of the full one.
+    pub quick: bool,
+    /// Suites to run (empty: the preset's).
+    pub suites: Vec<String>,
+    /// Clock.
+    pub clock: ClockKind,
+    /// SSD model (`None` only for real devices).
+    pub ssd_model: Option<ModelKind>,
+    /// HDD model.
+    pub hdd_model: Option<ModelKind>,
+    /// SSD size.
+    pub ssd_size: u64,
+    /// HDD size.
+    pub hdd_size: u64,
+    /// Extent size.
+    pub extent_size: u64,
+    /// Seed.
+    pub seed: u64,
+    /// Multiplies every run length.
+    pub time_scale: f64,
+    /// Real devices (SSD, HDD), destroyed by the run.
+    pub devices: Option<(PathBuf, PathBuf)>,
+    /// Directory for image files in real-clock runs on models.
+    pub scratch: PathBuf,
+    /// Test region for the drive suites, bytes.
+    pub region: u64,
+}
+
+impl BenchOptions {
+    /// Defaults for the quick or full preset.
+    pub fn preset(quick: bool) -> Self {
+        BenchOptions {
+            quick,
+            suites: Vec::new(),
+            clock: ClockKind::Virtual,
+            ssd_model: Some(ModelKind::SsdSata),
+            hdd_model: Some(ModelKind::Hdd5400),
+            ssd_size: if quick { 4 << 30 } else { 128 << 30 },
+            hdd_size: if quick { 32 << 30 } else { 1 << 40 },
+            extent_size: 1 << 20,
+            seed: 1,
+            time_scale: 1.0,
+            devices: None,
+            scratch: PathBuf::from("tierd-bench"),
+            region: if quick { 2 << 30 } else { 32 << 30 },
+        }
+    }
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Options.
+    pub options: BenchOptions,
+    /// Volume capacity.
+    pub capacity: u64,
+    /// Test region of the drive suites.
+    pub region: u64,
+    /// Reserve bytes.
+    pub reserve: u64,
+    /// Data points.
+    pub points: Vec<Point>,
+    /// Charts.
+    pub charts: Vec<Chart>,
+    /// Scores, ratios, times.
+    pub findings: Vec<Finding>,
+    /// Real-clock operations that overran their model.
+    pub overruns: u64,
+    /// Wall-clock seconds the run took.
+    pub wall_secs: f64,
+}
+
+/// A benchmark in progress.
+pub struct Bench {
+    opts: BenchOptions,
+    mode: Mode,
+    targets: Vec<Box<dyn Target>>,
+    migrator: Option<Arc<Migrator>>,
+    handle: Option<MigratorHandle>,
+    timed: Vec<Arc<TimedDevice>>,
+    points: Vec<Point>,
+    charts: Vec<Chart>,
+    findings: Vec<Finding>,
+    region: u64,
+    capacity: u64,
+    ssd_size: u64,
+    extent_size: u64,
+    hdd_outer_rate: f64,
+    progress: Option<ProgressBar>,
+}
+
+impl Bench {
+    /// Build the targets (formatting and pre-filling the hybrid).
+    pub fn new(opts: BenchOptions, progress: Option<ProgressBar>) -> Result<Self, BenchError> {
+        let sched = VirtualSched::new();
+        let (mode, time_mode, clock): (Mode, TimeMode, Arc<dyn Clock>) = match opts.clock {
+            ClockKind::Virtual => (
+                Mode::Virtual(sched.clone()),
+                TimeMode::Virtual,
+                Arc::new(VirtualClock(sched.clone())),
+            ),
+            ClockKind::Real => (Mode::Real, TimeMode::Real, Arc::new(SystemClock::default())),
+        };
+        if opts.clock == ClockKind::Virtual && opts.devices.is_some() {
+            return Err(BenchError::Options(
+                "real devices run on the real clock: add --clock real".into(),
+            ));
+        }
+        // Raw devices.
+        let raw = |name: &str, size: u64| -> Result<Arc<dyn BlockDevice>, BenchError> {
+            match (&opts.devices, opts.clock) {
+                (Some((ssd, hdd)), _) => {
+                    let p = if name == "ssd" { ssd } else { hdd };
+                    Ok(Arc::new(
+                        FileDevice::open(p, true).map_err(setup("opening a device"))?,
+                    ))
+                }
+                (None, ClockKind::Virtual) => Ok(Arc::new(NullDevice::new(size))),
+                (None, ClockKind::Real) => {
+                    std::fs::create_dir_all(&opts.scratch)
+                        .map_err(setup("creating the scratch directory"))?;
+                    let p = opts.scratch.join(format!("{name}.img"));
+                    let _ = std::fs::remove_file(&p);
+                    FileDevice::create_image(&p, size).map_err(setup("creating an image"))?;
+                    Ok(Arc::new(
+                        FileDevice::open(&p, false).map_err(setup("opening an image"))?,
+                    ))
+                }
+            }
+        };
+        let mut timed = Vec::new();
+        let mut wrap =
+            |dev: Arc<dyn BlockDevice>, model: Option<ModelKind>| -> Arc<dyn BlockDevice> {
+                match model {
+                    Some(m) if opts.devices.is_none() => {
+                        let t = Arc::new(TimedDevice::new(
+                            dev.clone(),
+                            m.build(dev.size()),
+                            time_mode,
+                        ));
+                        timed.push(t.clone());
+                        t
+                    }
+                    _ => dev,
+                }
+            };
+        let ssd_raw = raw("ssd", opts.ssd_size)?;
+        let hdd_raw = raw("hdd", opts.hdd_size)?;
+        let (ssd_size, hdd_size) = (ssd_raw.size(), hdd_raw.size());
+        let store = Arc::new(MemStore::new());
+        let fopts = FormatOptions {
+            extent_size: opts.extent_size,
+            reserve: None,
+            force: true,
+        };
+        let plain = Devices {
+            ssd: ssd_raw.clone(),
+            hdd: hdd_raw.clone(),
+        };
+        Volume::format(&plain, store.as_ref(), &fopts).map_err(setup("formatting the hybrid"))?;
+        let vol_store: Arc<dyn MetaStore> = store.clone();
+        let mut b = Bench {
+            mode: mode.clone(),
+            targets: Vec::new(),
+            migrator: None,
+            handle: None,
+            timed: Vec::new(),
+            points: Vec::new(),
+            charts: Vec::new(),
+            findings: Vec::new(),
+            region: 0,
+            capacity: 0,
+            ssd_size,
+            extent_size: opts.extent_size,
+            hdd_outer_rate: match opts.hdd_model {
+                Some(ModelKind::Hdd7200) => HddParams::HDD_7200.rate_outer,
+                _ => HddParams::HDD_5400.rate_outer,
+            },
+            progress,
+            opts: opts.clone(),
+        };
+        // Pre-fill every extent once, in a shuffled order, without timing:
+        // the "used" state. The first allocations take the SSD, the rest
+        // the HDD, so placement starts out unrelated to the workload.
+        {
+            let vol = Volume::open_with(plain.clone(), vol_store.clone(), VolumeOptions::default())
+                .map_err(setup("opening the hybrid"))?;
+            let n = vol.geometry().logical_extents();
+            let mut order: Vec<u64> = (0..n).collect();
+            order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(opts.seed));
+            let es = opts.extent_size;
+            let data = vec![0x5au8; es as usize];
+            b.progress(&format!("pre-filling {n} extents"));
+            for e in order {
+                vol.write(e * es, &data, false)
+                    .map_err(setup("pre-filling"))?;
+            }
+            vol.flush().map_err(setup("pre-filling"))?;
+        }
+        let devices = Devices {
+            ssd: wrap(ssd_raw.clone(), opts.ssd_model),
+            hdd: wrap(hdd_raw.clone(), opts.hdd_model),
+        };
+        let vopts = VolumeOptions {
+            heat: HeatConfig::default(),
+            clock: clock.clone(),
+        };
+        let vol = Arc::new(
+            Volume::open_with(devices, vol_store, vopts).map_err(setup("opening the hybrid"))?,
+        );
+        b.capacity = vol.size();
+        b.region = opts.region.min(b.capacity).min(ssd_size) / opts.extent_size * opts.extent_size;
+        let mig = Arc::new(Migrator::new(vol.clone(), MigrateConfig::default()));
+        // The pure targets: an SSD as large as the volume, the HDD alone.
+        let pure_ssd = wrap(Arc::new(NullDevice::new(b.capacity)), opts.ssd_model);
+        let pure_hdd = wrap(Arc::new(NullDevice::new(hdd_size)), opts.hdd_model);
+        b.targets.push(Box::new(Hybrid(vol.clone())));
+        if opts.devices.is_none() {
+            b.targets.push(Box::new(Pure {
+                name: "pure-ssd",
+                dev: pure_ssd,
+            }));
+            b.targets.push(Box::new(Pure {
+                name: "pure-hdd",
+                dev: pure_hdd,
+            }));
+        } else {
+            b.targets.push(Box::new(Pure {
+                name: "pure-ssd",
+                dev: ssd_raw,
+            }));
+            b.targets.push(Box::new(Pure {
+                name: "pure-hdd",
+                dev: hdd_raw,
+            }));
+        }
+        b.timed = timed;
+        if opts.clock == ClockKind::Real {
+            b.handle = Some(mig.spawn().map_err(setup("starting the migrator"))?);
+        } else {
+            b.migrator = Some(mig.clone());
+        }
+        // Let the migrator restore the reserve the pre-fill consumed.
+        b.progress("restoring the SSD reserve");
+        b.settle(&mig, &vol);
+        Ok(b)
+    }
+
+    fn settle(&mut self, mig: &Arc<Migrator>, vol: &Arc<Volume>) {
+        let reserve = vol.geometry().reserve_extents;
+        if let Mode::Virtual(sched) = &self.mode {
+            let sched = sched.clone();
+            sched.phase(1, |p, _| {
+                for _ in 0..10_000 {
+                    if vol.free_slots(crate::volume::Tier::Ssd) >= reserve {
+                        break;
+                    }
+                    p.sleep_until(p.now() + Duration::from_secs(1));
+                    crate::device::set_virtual_now(p.now());
+                    mig.run_round(&|d| {
+                        let t = crate::device::virtual_now().max(p.now() + d);
+                        p.sleep_until(t);
+                        crate::device::set_virtual_now(p.now());
+                    });
+                }
+            });
+        } else {
+            for _ in 0..600 {
+                if vol.free_slots(crate::volume::Tier::Ssd) >= reserve {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+
+    fn progress(&self, msg: &str) {
+        match &self.progress {
+            Some(p) => {
+                p.set_message(msg.to_string());
+                p.tick();
+            }
+            None => tracing::info!("{msg}"),
+        }
+    }
+
+    /// The suites this run will execute.
+    pub fn selected(&self) -> Vec<&'static str> {
+        SUITES
+            .iter()
+            .filter(|(name, quick)| {
+                if self.opts.suites.is_empty() {
+                    *quick || !self.opts.quick
+                } else {
+                    self.opts.suites.iter().any(|s| s == name)
+                }
+            })
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    /// Run everything and report.
+    pub fn run(mut self) -> BenchReport {
+        let started = std::time::Instant::now();
+        for name in self.selected() {
+            self.progress(&format!("suite {name}"));
+            self.run_suite(name);
+            if let Some(p) = &self.progress {
+                p.inc(1);
+            }
+        }
+        if let Some(h) = self.handle.take() {
+            h.stop();
+        }
+        let reserve = self
+            .targets
+            .first()
+            .and_then(|t| t.volume())
+            .map(|v| u64::from(v.geometry().reserve_extents) * self.extent_size)
+            .unwrap_or(0);
+        BenchReport {
+            options: self.opts.clone(),
+            capacity: self.capacity,
+            region: self.region,
+            reserve,
+            points: self.points,
+            charts: self.charts,
+            findings: self.findings,
+            overruns: self.timed.iter().map(|t| t.overruns()).sum(),
+            wall_secs: started.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// Check that the named suites exist.
+pub fn check_suites(names: &[String]) -> Result<(), BenchError> {
+    for n in names {
+        if !SUITES.iter().any(|(s, _)| s == n) {
+            let all: Vec<&str> = SUITES.iter().map(|s| s.0).collect();
+            return Err(BenchError::Options(format!(
+                "unknown suite {n:?}; suites: {}",
+                all.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuse real devices that are mounted or carry a filesystem or a
+/// partition table (checked before anything is written).
+pub fn check_real_devices(paths: &[&std::path::Path]) -> Result<(), BenchError> {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    for p in paths {
+        let canon = std::fs::canonicalize(p).map_err(setup("resolving a device path"))?;
+        let c = canon.display().to_string();
+        if mounts
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .any(|dev| dev == c || dev.starts_with(&c))
+        {
+            return Err(BenchError::Options(format!(
+                "{c} (or a partition of it) is mounted; refusing to destroy it"
+            )));
+        }
+        let dev = FileDevice::open(p, false).map_err(setup("opening a device"))?;
+        let mut probe = vec![0u8; crate::volume::PROBE_SIZE.min(dev.size() as usize)];
+        dev.read_at(&mut probe, 0)
+            .map_err(setup("reading a device"))?;
+        if let Some(found) = crate::volume::detect_content(&probe) {
+            return Err(BenchError::Options(format!(
+                "{c} carries {found}; wipe it first (for example wipefs -a) if you really mean to benchmark it"
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,599 @@
+//! The benchmark suites, after the reviews in shared/docs/seed-digest.md:
+//! sequential and random basics, queue-depth and block-size sweeps, 512 B
+//! response time, the Iometer server patterns with the articles' scores, and
+//! the tiering suites (Zipf hot sets against the SSD size, hot-set shift,
+//! landing-zone burst). Every case runs on every target in one run.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::target::{execute, Measurement, Run, Target};
+use super::workload::{Skew, Spec};
+use super::Bench;
+use crate::volume::Tier;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1 << 20;
+
+/// An Iometer pattern: name, size mix, read share, random share.
+type Pattern = (&'static str, Vec<(u64, u32)>, f64, f64);
+
+/// One data point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// Suite name.
+    pub suite: String,
+    /// Case within the suite.
+    pub case: String,
+    /// Target name.
+    pub target: String,
+    /// Outstanding requests.
+    pub qd: usize,
+    /// Request size (0: a mix).
+    pub block: u64,
+    /// Read share in percent.
+    pub read_pct: u32,
+    /// Requests per second.
+    pub iops: f64,
+    /// MiB per second.
+    pub mibps: f64,
+    /// Mean latency, µs.
+    pub mean_us: f64,
+    /// Median latency, µs.
+    pub p50_us: f64,
+    /// 99th percentile latency, µs.
+    pub p99_us: f64,
+    /// Requests done.
+    pub ops: u64,
+    /// Errors (always 0 in a good run).
+    pub errors: u64,
+}
+
+/// A chart: x values and one series per target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Chart {
+    /// File-safe name.
+    pub name: String,
+    /// Title.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// Logarithmic x axis.
+    pub log_x: bool,
+    /// (series name, points).
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
+/// A scalar result with a verdict (scores, convergence times, ratios).
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// Suite.
+    pub suite: String,
+    /// What was measured.
+    pub name: String,
+    /// Value.
+    pub value: f64,
+    /// Unit.
+    pub unit: String,
+    /// Explanation.
+    pub note: String,
+}
+
+/// The suites by name, in run order, with whether `--quick` runs them.
+pub const SUITES: [(&str, bool); 9] = [
+    ("sequential", true),
+    ("random", true),
+    ("qd-sweep", false),
+    ("bs-sweep", false),
+    ("response", false),
+    ("iometer", true),
+    ("zipf", true),
+    ("shift", true),
+    ("landing", true),
+];
+
+fn point(
+    b: &Bench,
+    suite: &str,
+    case: &str,
+    t: &dyn Target,
+    qd: usize,
+    spec: &Spec,
+    m: &Measurement,
+) -> Point {
+    let block = if spec.sizes.len() == 1 {
+        spec.sizes[0].0
+    } else {
+        0
+    };
+    let p = Point {
+        suite: suite.into(),
+        case: case.into(),
+        target: t.name().into(),
+        qd,
+        block,
+        read_pct: (spec.read * 100.0).round() as u32,
+        iops: m.iops(),
+        mibps: m.mibps(),
+        mean_us: m.mean_us(),
+        p50_us: m.lat_us(0.5),
+        p99_us: m.lat_us(0.99),
+        ops: m.ops,
+        errors: m.errors,
+    };
+    b.progress(&format!("{suite}/{case} {}: {:.0} IOPS", t.name(), p.iops));
+    p
+}
+
+impl Bench {
+    /// Run `spec` at `qd` on every target; returns the points.
+    fn case(
+        &mut self,
+        suite: &str,
+        case: &str,
+        spec: &Spec,
+        qd: usize,
+        dur: Duration,
+    ) -> Vec<Point> {
+        let mut out = Vec::new();
+        for i in 0..self.targets.len() {
+            let run = Run {
+                spec: spec.clone(),
+                qd,
+                duration: dur,
+                seed: self.opts.seed,
+                bin: Duration::from_secs(1),
+                shift: None,
+                migrator: if i == 0 {
+                    self.migrator.as_deref()
+                } else {
+                    None
+                },
+            };
+            let m = execute(&self.mode, self.targets[i].as_ref(), &run);
+            out.push(point(
+                self,
+                suite,
+                case,
+                self.targets[i].as_ref(),
+                qd,
+                spec,
+                &m,
+            ));
+        }
+        self.points.extend(out.iter().cloned());
+        out
+    }
+
+    fn dur(&self, secs: f64) -> Duration {
+        Duration::from_secs_f64(secs * self.opts.time_scale)
+    }
+
+    /// Run one suite by name.
+    pub fn run_suite(&mut self, name: &str) {
+        let region = self.region;
+        let quick = self.opts.quick;
+        match name {
+            "sequential" => {
+                for (read, rw) in [(1.0, "read"), (0.0, "write")] {
+                    for qd in [1, 4] {
+                        let spec = Spec::simple(read, 0.0, 256 * KIB, 0, region);
+                        self.case(
+                            name,
+                            &format!("seq-{rw}-256k-qd{qd}"),
+                            &spec,
+                            qd,
+                            self.dur(4.0),
+                        );
+                    }
+                }
+            }
+            "random" => {
+                for (read, rw) in [(1.0, "read"), (0.0, "write")] {
+                    for qd in [1, 4, 32] {
+                        if rw == "write" && qd == 32 && quick {
+                            continue;
+                        }
+                        let spec = Spec::simple(read, 1.0, 4 * KIB, 0, region);
+                        self.case(
+                            name,
+                            &format!("rand-{rw}-4k-qd{qd}"),
+                            &spec,
+                            qd,
+                            self.dur(3.0),
+                        );
+                    }
+                }
+            }
+            "qd-sweep" => {
+                let mut chart = self.chart(
+                    "qd-sweep",
+                    "4 KiB random read vs queue depth",
+                    "queue depth",
+                    "IOPS",
+                    true,
+                );
+                for qd in [1, 2, 4, 8, 16, 32] {
+                    let spec = Spec::simple(1.0, 1.0, 4 * KIB, 0, region);
+                    let pts = self.case(
+                        name,
+                        &format!("rand-read-4k-qd{qd}"),
+                        &spec,
+                        qd,
+                        self.dur(2.0),
+                    );
+                    add(&mut chart, &pts, qd as f64);
+                }
+                self.charts.push(chart);
+            }
+            "bs-sweep" => {
+                let mut chart = self.chart(
+                    "bs-sweep",
+                    "Random read vs block size, QD 4",
+                    "block size (KiB)",
+                    "MiB/s",
+                    true,
+                );
+                for bs in [
+                    512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144,
+                ] {
+                    let spec = Spec::simple(1.0, 1.0, bs, 0, region);
+                    let pts = self.case(
+                        name,
+                        &format!("rand-read-{bs}-qd4"),
+                        &spec,
+                        4,
+                        self.dur(2.0),
+                    );
+                    for p in &pts {
+                        push(&mut chart, &p.target, bs as f64 / 1024.0, p.mibps);
+                    }
+                }
+                self.charts.push(chart);
+            }
+            "response" => {
+                let spec = Spec::simple(1.0, 1.0, 512, 0, region);
+                self.case(name, "read-512-qd1", &spec, 1, self.dur(5.0));
+            }
+            "iometer" => self.iometer(),
+            "zipf" => self.zipf(),
+            "shift" => self.shift(),
+            "landing" => self.landing(),
+            _ => {}
+        }
+    }
+
+    fn chart(&self, name: &str, title: &str, x: &str, y: &str, log_x: bool) -> Chart {
+        Chart {
+            name: name.into(),
+            title: title.into(),
+            x_label: x.into(),
+            y_label: y.into(),
+            log_x,
+            series: self
+                .targets
+                .iter()
+                .map(|t| (t.name().to_string(), Vec::new()))
+                .collect(),
+        }
+    }
+
+    fn finding(&mut self, suite: &str, name: &str, value: f64, unit: &str, note: String) {
+        self.progress(&format!("{suite}: {name} = {value:.2} {unit}"));
+        self.findings.push(Finding {
+            suite: suite.into(),
+            name: name.into(),
+            value,
+            unit: unit.into(),
+            note,
+        });
+    }
+
+    fn iometer(&mut self) {
+        let region = self.region;
+        let patterns: [Pattern; 4] = [
+            ("database", vec![(8 * KIB, 1)], 0.67, 1.0),
+            (
+                "fileserver",
+                vec![
+                    (512, 10),
+                    (KIB, 5),
+                    (2 * KIB, 5),
+                    (4 * KIB, 60),
+                    (8 * KIB, 2),
+                    (16 * KIB, 4),
+                    (32 * KIB, 4),
+                    (64 * KIB, 10),
+                ],
+                0.8,
+                1.0,
+            ),
+            (
+                "webserver",
+                vec![
+                    (512, 22),
+                    (KIB, 15),
+                    (2 * KIB, 8),
+                    (4 * KIB, 23),
+                    (8 * KIB, 15),
+                    (16 * KIB, 2),
+                    (32 * KIB, 6),
+                    (64 * KIB, 7),
+                    (128 * KIB, 1),
+                    (512 * KIB, 1),
+                ],
+                1.0,
+                1.0,
+            ),
+            ("workstation", vec![(8 * KIB, 1)], 0.8, 0.8),
+        ];
+        let qds: &[usize] = if self.opts.quick {
+            &[1, 4, 16]
+        } else {
+            &[1, 2, 4, 8, 16, 32]
+        };
+        for (pname, sizes, read, random) in patterns {
+            if self.opts.quick && (pname == "fileserver" || pname == "webserver") {
+                continue;
+            }
+            let spec = Spec {
+                read,
+                random,
+                sizes,
+                align: 512,
+                start: 0,
+                len: region,
+                skew: Skew::Uniform,
+            };
+            let mut per_target: Vec<Vec<(usize, f64)>> = vec![Vec::new(); self.targets.len()];
+            for &qd in qds {
+                let pts = self.case(
+                    "iometer",
+                    &format!("{pname}-qd{qd}"),
+                    &spec,
+                    qd,
+                    self.dur(2.0),
+                );
+                for (i, p) in pts.iter().enumerate() {
+                    per_target[i].push((qd, p.iops));
+                }
+            }
+            for (i, series) in per_target.iter().enumerate() {
+                let tname = self.targets[i].name();
+                let (score, how) = if pname == "workstation" {
+                    let s: f64 = series
+                        .iter()
+                        .filter(|(qd, _)| *qd <= 16)
+                        .map(|(qd, v)| v / *qd as f64)
+                        .sum();
+                    (s, "sum of IOPS(QD)/QD over QD 1..16 as run")
+                } else {
+                    let s = series.iter().map(|(_, v)| v).sum::<f64>() / series.len().max(1) as f64;
+                    (s, "mean IOPS over the queue depths run")
+                };
+                self.finding(
+                    "iometer",
+                    &format!("{pname}-score-{tname}"),
+                    score,
+                    "score",
+                    how.into(),
+                );
+            }
+        }
+    }
+
+    /// The Zipf working-set region for a factor of the SSD size.
+    fn zipf_spec(&self, factor: f64) -> Spec {
+        let es = self.extent_size;
+        let ws = ((self.ssd_size as f64 * factor) as u64 / es).max(1) * es;
+        let cap = self.capacity;
+        let ws = ws.min(cap);
+        // Away from the start, so the pre-filled placement is mostly HDD.
+        let start = ((cap - ws) / 2) / es * es;
+        Spec {
+            read: 0.9,
+            random: 1.0,
+            sizes: vec![(4 * KIB, 1)],
+            align: 4 * KIB,
+            start,
+            len: ws,
+            skew: Skew::Zipf {
+                theta: 0.99,
+                chunk: es,
+                shift: 0,
+            },
+        }
+    }
+
+    /// Warm the hybrid with `spec` for `secs` of modelled time.
+    fn warm(&mut self, spec: &Spec, secs: f64, shift: u64) -> Measurement {
+        let mut s = spec.clone();
+        if let Skew::Zipf { shift: sh, .. } = &mut s.skew {
+            *sh = shift;
+        }
+        let run = Run {
+            spec: s,
+            qd: 4,
+            duration: self.dur(secs),
+            seed: self.opts.seed ^ 0x5eed,
+            bin: Duration::from_secs(1),
+            shift: None,
+            migrator: self.migrator.as_deref(),
+        };
+        execute(&self.mode, self.targets[0].as_ref(), &run)
+    }
+
+    fn zipf(&mut self) {
+        let factors: &[f64] = if self.opts.quick {
+            &[0.5, 1.0]
+        } else {
+            &[0.5, 1.0, 2.0, 4.0]
+        };
+        for &f in factors {
+            let spec = self.zipf_spec(f);
+            self.warm(&spec, 60.0, 0);
+            let pts = self.case("zipf", &format!("zipf0.99-ws{f}x"), &spec, 4, self.dur(3.0));
+            let (h, s, d) = (pts[0].iops, pts[1].iops, pts[2].iops);
+            self.finding(
+                "zipf",
+                &format!("ws{f}x-hybrid/pure-ssd"),
+                h / s.max(1e-9),
+                "ratio",
+                format!("working set {f}x the SSD, after 60 s of warm-up"),
+            );
+            self.finding(
+                "zipf",
+                &format!("ws{f}x-hybrid/pure-hdd"),
+                h / d.max(1e-9),
+                "ratio",
+                format!("working set {f}x the SSD"),
+            );
+        }
+    }
+
+    fn shift(&mut self) {
+        let Some(vol) = self.targets[0].volume().cloned() else {
+            return;
+        };
+        let spec = self.zipf_spec(0.5);
+        let es = self.extent_size;
+        let n = spec.len / es;
+        self.warm(&spec, 60.0, 0);
+        // The new hot set: the chunks of the top ranks after the shift.
+        let shift = n / 2;
+        let hot: Vec<u64> = (0..(n / 10).max(1))
+            .map(|r| spec.start / es + (scramble_rank(r, n) + shift) % n)
+            .collect();
+        let mut series = Vec::new();
+        let step = 5.0;
+        let mut converged = None;
+        let mut t = 0.0;
+        while t < 600.0 {
+            let m = self.warm(&spec, step, shift);
+            t += step;
+            let on_ssd = hot
+                .iter()
+                .filter(|e| vol.mapping(**e).map(|m| m.loc.tier) == Some(Tier::Ssd))
+                .count() as f64
+                / hot.len() as f64;
+            series.push((t, m.iops(), on_ssd));
+            if on_ssd >= 0.9 {
+                converged = Some(t);
+                break;
+            }
+        }
+        let hot_bytes = hot.len() as u64 * es;
+        let seq_read_secs = hot_bytes as f64 / self.hdd_outer_rate;
+        let mut chart = Chart {
+            name: "shift".into(),
+            title: "Hot-set shift: hybrid IOPS and share of the new hot set on the SSD".into(),
+            x_label: "seconds after the shift".into(),
+            y_label: "IOPS / % on SSD".into(),
+            log_x: false,
+            series: vec![
+                ("hybrid IOPS".into(), Vec::new()),
+                ("% hot set on SSD x100".into(), Vec::new()),
+            ],
+        };
+        for (t, iops, share) in &series {
+            chart.series[0].1.push((*t, *iops));
+            chart.series[1].1.push((*t, share * 100.0 * 100.0));
+        }
+        self.charts.push(chart);
+        match converged {
+            Some(t) => {
+                self.finding("shift", "time-to-90pct", t, "s", format!("{} hot extents ({} MiB); the HDD reads them sequentially in {seq_read_secs:.1} s", hot.len(), hot_bytes / MIB));
+                self.finding(
+                    "shift",
+                    "time/hdd-sequential-read",
+                    t / seq_read_secs.max(1e-9),
+                    "ratio",
+                    "target <= 2".into(),
+                );
+            }
+            None => self.finding(
+                "shift",
+                "time-to-90pct",
+                f64::INFINITY,
+                "s",
+                "did not converge within 600 s".into(),
+            ),
+        }
+        let _ = vol;
+    }
+
+    fn landing(&mut self) {
+        let Some(vol) = self.targets[0].volume().cloned() else {
+            return;
+        };
+        let es = self.extent_size;
+        let reserve = u64::from(vol.geometry().reserve_extents) * es;
+        let len = 2 * reserve;
+        let start = (self.capacity - len) / es * es;
+        if self.targets[0].trim(start, len).is_err() || vol.flush().is_err() {
+            return;
+        }
+        // Let the migrator restore the reserve before the burst.
+        self.warm(&Spec::simple(1.0, 1.0, 4 * KIB, 0, es), 30.0, 0);
+        let spec = Spec::simple(0.0, 0.0, 256 * KIB, start, len);
+        let mut chart = self.chart(
+            "landing",
+            "Landing-zone burst: 2x the reserve of new writes, QD 4",
+            "seconds",
+            "MiB/s",
+            false,
+        );
+        for i in 0..self.targets.len() {
+            let bytes_at_4 = 4.0 * 256.0 * KIB as f64;
+            // Long enough for the hybrid to write 2x the reserve at SSD speed.
+            let run = Run {
+                spec: spec.clone(),
+                qd: 4,
+                duration: self.dur((len as f64 / (400.0 * MIB as f64)).max(5.0) * 2.0),
+                seed: self.opts.seed,
+                bin: Duration::from_secs(1),
+                shift: None,
+                migrator: if i == 0 {
+                    self.migrator.as_deref()
+                } else {
+                    None
+                },
+            };
+            let m = execute(&self.mode, self.targets[i].as_ref(), &run);
+            let _ = bytes_at_4;
+            let p = point(
+                self,
+                "landing",
+                "burst-256k-qd4",
+                self.targets[i].as_ref(),
+                4,
+                &spec,
+                &m,
+            );
+            for (s, n) in m.series.iter().enumerate() {
+                push(&mut chart, &p.target, s as f64, *n as f64 * 256.0 / 1024.0);
+            }
+            self.points.push(p);
+        }
+        self.charts.push(chart);
+    }
+}
+
+fn scramble_rank(rank: u64, n: u64) -> u64 {
+    super::workload::scramble_pub(rank, n)
+}
+
+fn push(chart: &mut Chart, target: &str, x: f64, y: f64) {
+    if let Some(s) = chart.series.iter_mut().find(|s| s.0 == target) {
+        s.1.push((x, y));
+    }
+}
+
+fn add(chart: &mut Chart, pts: &[Point], x: f64) {
+    for p in pts {
+        push(chart, &p.target, x, p.iops);
+    }
+}

@@ -1,0 +1,291 @@
+//! What a benchmark runs against: the hybrid volume, or one modelled device
+//! alone (pure SSD, pure HDD); and the runner that drives a workload against
+//! a target with `qd` outstanding requests in virtual or real time.
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use super::sched::VirtualSched;
+use super::workload::{Generator, Req, Spec};
+use crate::device::{real_now, set_virtual_now, virtual_now, BlockDevice};
+use crate::migrate::Migrator;
+use crate::volume::Volume;
+
+/// One of the compared systems.
+pub trait Target: Send + Sync {
+    /// "hybrid", "pure-ssd" or "pure-hdd".
+    fn name(&self) -> &'static str;
+    /// Do one request (data is whatever `buf` holds).
+    fn io(&self, req: &Req, buf: &mut [u8]) -> io::Result<()>;
+    /// Discard a range.
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// The volume, for the hybrid.
+    fn volume(&self) -> Option<&Arc<Volume>> {
+        None
+    }
+}
+
+/// The tiered volume.
+pub struct Hybrid(pub Arc<Volume>);
+
+impl Target for Hybrid {
+    fn name(&self) -> &'static str {
+        "hybrid"
+    }
+
+    fn io(&self, req: &Req, buf: &mut [u8]) -> io::Result<()> {
+        let buf = &mut buf[..req.len as usize];
+        let r = if req.read {
+            self.0.read_hinted(req.offset, buf, req.hint)
+        } else {
+            self.0.write_hinted(req.offset, buf, false, req.hint)
+        };
+        r.map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    fn trim(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.0
+            .discard(offset, len, false, false, false)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    fn volume(&self) -> Option<&Arc<Volume>> {
+        Some(&self.0)
+    }
+}
+
+/// A device alone.
+pub struct Pure {
+    /// "pure-ssd" or "pure-hdd".
+    pub name: &'static str,
+    /// The device.
+    pub dev: Arc<dyn BlockDevice>,
+}
+
+impl Target for Pure {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn io(&self, req: &Req, buf: &mut [u8]) -> io::Result<()> {
+        let buf = &mut buf[..req.len as usize];
+        if req.read {
+            self.dev.read_at(buf, req.offset)
+        } else {
+            self.dev.write_at(buf, req.offset)
+        }
+    }
+
+    fn trim(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Which clock a run uses.
+#[derive(Clone)]
+pub enum Mode {
+    /// Deterministic virtual time.
+    Virtual(Arc<VirtualSched>),
+    /// Wall-clock time.
+    Real,
+}
+
+/// What one run measured.
+#[derive(Clone)]
+pub struct Measurement {
+    /// Requests completed.
+    pub ops: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Run length.
+    pub elapsed: Duration,
+    /// Latency in nanoseconds.
+    pub hist: Histogram<u64>,
+    /// Requests completed per `bin` of time.
+    pub series: Vec<u64>,
+    /// Bin width of `series`.
+    pub bin: Duration,
+    /// Errors seen (should be 0).
+    pub errors: u64,
+}
+
+impl Measurement {
+    fn new(bin: Duration) -> Self {
+        Measurement {
+            ops: 0,
+            bytes: 0,
+            elapsed: Duration::ZERO,
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!())),
+            series: Vec::new(),
+            bin,
+            errors: 0,
+        }
+    }
+
+    fn record(&mut self, start: Duration, t0: Duration, done: Duration, len: u64) {
+        self.ops += 1;
+        self.bytes += len;
+        let ns = (done.saturating_sub(t0)).as_nanos().max(1) as u64;
+        let _ = self.hist.record(ns.min(3_600_000_000_000));
+        let b = (done.saturating_sub(start).as_nanos() / self.bin.as_nanos().max(1)) as usize;
+        if self.series.len() <= b {
+            self.series.resize(b + 1, 0);
+        }
+        self.series[b] += 1;
+    }
+
+    fn merge(&mut self, o: &Measurement) {
+        self.ops += o.ops;
+        self.bytes += o.bytes;
+        self.errors += o.errors;
+        let _ = self.hist.add(&o.hist);
+        if self.series.len() < o.series.len() {
+            self.series.resize(o.series.len(), 0);
+        }
+        for (a, b) in self.series.iter_mut().zip(&o.series) {
+            *a += b;
+        }
+    }
+
+    /// Requests per second.
+    pub fn iops(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// MiB per second.
+    pub fn mibps(&self) -> f64 {
+        self.bytes as f64 / (1u64 << 20) as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Latency quantile in microseconds.
+    pub fn lat_us(&self, q: f64) -> f64 {
+        self.hist.value_at_quantile(q) as f64 / 1000.0
+    }
+
+    /// Mean latency in microseconds.
+    pub fn mean_us(&self) -> f64 {
+        self.hist.mean() / 1000.0
+    }
+}
+
+/// A workload run.
+pub struct Run<'a> {
+    /// The access specification.
+    pub spec: Spec,
+    /// Outstanding requests (one worker each).
+    pub qd: usize,
+    /// How long.
+    pub duration: Duration,
+    /// Seed.
+    pub seed: u64,
+    /// Bin width of the time series.
+    pub bin: Duration,
+    /// Hot-set rotation to apply from `shift_at` on.
+    pub shift: Option<(Duration, u64)>,
+    /// The hybrid's migrator, run alongside.
+    pub migrator: Option<&'a Migrator>,
+}
+
+/// Run `run` against `target`.
+pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
+    let max_len = run.spec.sizes.iter().map(|s| s.0).max().unwrap_or(4096) as usize;
+    match mode {
+        Mode::Virtual(sched) => {
+            let finished = AtomicUsize::new(0);
+            let start = sched.now();
+            let extra = usize::from(run.migrator.is_some());
+            let parts = sched.phase(run.qd + extra, |p, i| {
+                let mut m = Measurement::new(run.bin);
+                if i == run.qd {
+                    if let Some(mig) = run.migrator {
+                        let interval = mig.config().interval;
+                        while finished.load(Ordering::Acquire) < run.qd {
+                            p.sleep_until(p.now() + interval);
+                            set_virtual_now(p.now());
+                            mig.run_round(&|d| {
+                                let t = virtual_now().max(p.now() + d);
+                                p.sleep_until(t);
+                                set_virtual_now(p.now());
+                            });
+                            p.sleep_until(virtual_now());
+                        }
+                    }
+                    return m;
+                }
+                let mut gen = Generator::new(run.spec.clone(), run.seed, i, run.qd);
+                let mut buf = vec![0u8; max_len];
+                let end = start + run.duration;
+                let mut shifted = false;
+                while p.now() < end {
+                    if let Some((at, shift)) = run.shift {
+                        if !shifted && p.now() >= start + at {
+                            gen.set_shift(shift);
+                            shifted = true;
+                        }
+                    }
+                    let req = gen.next_req();
+                    let t0 = p.now();
+                    set_virtual_now(t0);
+                    if target.io(&req, &mut buf).is_err() {
+                        m.errors += 1;
+                    }
+                    let done = virtual_now().max(t0);
+                    m.record(start, t0, done, req.len);
+                    p.sleep_until(done);
+                }
+                finished.fetch_add(1, Ordering::Release);
+                m
+            });
+            let mut total = Measurement::new(run.bin);
+            for m in &parts {
+                total.merge(m);
+            }
+            total.elapsed = run.duration;
+            total
+        }
+        Mode::Real => {
+            let start = real_now();
+            let handle = run.migrator.map(|_| ());
+            let _ = handle;
+            let parts: Vec<Measurement> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..run.qd)
+                    .map(|i| {
+                        s.spawn(move || {
+                            let mut m = Measurement::new(run.bin);
+                            let mut gen = Generator::new(run.spec.clone(), run.seed, i, run.qd);
+                            let mut buf = vec![0u8; max_len];
+                            let mut shifted = false;
+                            while real_now() < start + run.duration {
+                                if let Some((at, shift)) = run.shift {
+                                    if !shifted && real_now() >= start + at {
+                                        gen.set_shift(shift);
+                                        shifted = true;
+                                    }
+                                }
+                                let req = gen.next_req();
+                                let t0 = real_now();
+                                if target.io(&req, &mut buf).is_err() {
+                                    m.errors += 1;
+                                }
+                                m.record(start, t0, real_now(), req.len);
+                            }
+                            m
+                        })
+                    })
+                    .collect();
+                hs.into_iter().filter_map(|h| h.join().ok()).collect()
+            });
+            let mut total = Measurement::new(run.bin);
+            for m in &parts {
+                total.merge(m);
+            }
+            total.elapsed = real_now().saturating_sub(start);
+            total
+        }
+    }
+}
