@@ -194,6 +194,14 @@ pub enum ConfigError {
     /// The file or a value does not parse.
     #[error("configuration: {0}")]
     Load(#[from] config::ConfigError),
+    /// A value does not parse.
+    #[error("configuration key `{key}`: {problem}")]
+    Value {
+        /// The key (`table.key` inside a table).
+        key: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A value parses but is not acceptable.
     #[error("configuration key `{key}`: {problem}")]
     Invalid {
@@ -259,14 +267,19 @@ impl Config {
                     None => key.replace('_', "-"),
                 };
                 if KEYS.contains(&key.as_str()) || key.contains('.') {
+                    let v = typed_for(&key, &v);
                     b = b.set_override(key, v)?;
                 }
             }
         }
         for (k, v) in overrides {
-            b = b.set_override(*k, v.clone())?;
+            b = b.set_override(*k, typed_for(k, v))?;
         }
-        let cfg: Config = b.build()?.try_deserialize()?;
+        let merged = b.build()?;
+        let cfg: Config = match merged.clone().try_deserialize() {
+            Ok(c) => c,
+            Err(e) => return Err(name_the_key(&merged, e)),
+        };
         cfg.validate()?;
         Ok(cfg)
     }
@@ -433,6 +446,70 @@ impl Config {
     pub fn uses_default_images(&self) -> bool {
         self.ssd.is_none() && self.hdd.is_none()
     }
+}
+
+/// An environment or flag value as the type it looks like for table keys
+/// and the numeric or boolean top-level keys, so they can be set from
+/// strings (`TIERD_MIGRATE__MAX_MOVES=9`); paths, names and addresses stay
+/// strings (a data directory may well be called `123`).
+fn typed_for(key: &str, v: &str) -> config::Value {
+    if !(key.contains('.') || ["direct-io", "read-only", "max-connections"].contains(&key)) {
+        return v.into();
+    }
+    if let Ok(i) = v.parse::<i64>() {
+        return i.into();
+    }
+    if let Ok(b) = v.parse::<bool>() {
+        return b.into();
+    }
+    match v.parse::<f64>() {
+        Ok(f) if f.is_finite() && !v.trim().is_empty() => f.into(),
+        _ => v.into(),
+    }
+}
+
+/// Deserialization errors of custom types do not say which key failed:
+/// find it by putting each key alone on top of the defaults.
+fn name_the_key(merged: &config::Config, err: config::ConfigError) -> ConfigError {
+    let (Ok(all), Ok(defaults)) = (
+        merged.clone().try_deserialize::<serde_json::Value>(),
+        serde_json::to_value(Config::default()),
+    ) else {
+        return err.into();
+    };
+    let (Some(all), Some(defaults)) = (all.as_object(), defaults.as_object()) else {
+        return err.into();
+    };
+    for (key, value) in all {
+        let mut leaves = vec![(None, key, value)];
+        if let Some(table) = value.as_object() {
+            leaves = table.iter().map(|(k, v)| (Some(key), k, v)).collect();
+        }
+        for (table, k, v) in leaves {
+            let mut probe = defaults.clone();
+            match table {
+                Some(t) => {
+                    if let Some(serde_json::Value::Object(m)) = probe.get_mut(t) {
+                        m.insert(k.clone(), v.clone());
+                    }
+                }
+                None => {
+                    probe.insert(k.clone(), v.clone());
+                }
+            }
+            if let Err(e) = serde_json::from_value::<Config>(serde_json::Value::Object(probe)) {
+                let name = match table {
+                    Some(t) => format!("{t}.{k}"),
+                    None => k.clone(),
+                };
+                return ConfigError::Value {
+                    key: name,
+                    problem: e.to_string(),
+                };
+            }
+        }
+    }
+    err.into()
 }
 
 fn tracing_level_ok(s: &str) -> Result<(), ()> {

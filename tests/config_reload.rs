@@ -1,0 +1,198 @@
+//! Configuration through the real binary: precedence file < TIERD_* env <
+//! flag (observed through which control socket answers), a bad value
+//! refused with its key named, SIGHUP applying `[migrate]` live (observed
+//! through `tierctl status --json`) and naming what needs a restart, and the
+//! systemd readiness protocol (READY=1, STOPPING=1 on NOTIFY_SOCKET).
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+fn status(sock: &Path) -> Value {
+    let out = run(Command::new(tierctl_bin())
+        .arg("--control")
+        .arg(sock)
+        .args(["status", "--json"]));
+    assert!(out.status.success(), "{}", show("tierctl status", &out));
+    serde_json::from_slice(&out.stdout).expect("status is JSON")
+}
+
+fn answers(sock: &Path) -> bool {
+    run(Command::new(tierctl_bin())
+        .arg("--control")
+        .arg(sock)
+        .arg("status"))
+    .status
+    .success()
+}
+
+fn opts(extra: &[&str], env: &[(&str, &str)]) -> DaemonOptions {
+    let mut extra_args = vec!["--metrics-listen".to_string(), String::new()];
+    extra_args.extend(extra.iter().map(|s| s.to_string()));
+    DaemonOptions {
+        extra_args,
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..DaemonOptions::small()
+    }
+}
+
+#[test]
+fn precedence_file_env_flag() {
+    let dir = tempdir();
+    let (a, b, c) = (
+        dir.path().join("file.sock"),
+        dir.path().join("env.sock"),
+        dir.path().join("flag.sock"),
+    );
+    let cfg = dir.path().join("tierd.toml");
+    write(
+        &cfg,
+        format!("control = \"{}\"\n[migrate]\nmax-moves = 7\n", a.display()).as_bytes(),
+    );
+    let cfgs = cfg.display().to_string();
+
+    // File only.
+    let mut d = Daemon::start_with(opts(&["--config", &cfgs], &[]));
+    assert!(answers(&a), "the file's control socket does not answer");
+    assert_eq!(status(&a)["migration"]["config"]["max-moves"], 7);
+    d.terminate();
+    assert!(!a.exists(), "the control socket is removed at shutdown");
+
+    // File < env (TIERD_CONTROL is tierctl's; the daemon's key is TIERD_CONTROL too).
+    let bs = b.display().to_string();
+    let mut d = Daemon::start_with(opts(
+        &["--config", &cfgs],
+        &[("TIERD_CONTROL", &bs), ("TIERD_MIGRATE__MAX_MOVES", "9")],
+    ));
+    assert!(answers(&b), "the env's control socket does not answer");
+    assert!(
+        !a.exists(),
+        "the file's socket was created although env overrides it"
+    );
+    assert_eq!(status(&b)["migration"]["config"]["max-moves"], 9);
+    d.terminate();
+
+    // File < env < flag.
+    let cs = c.display().to_string();
+    let d = Daemon::start_with(opts(
+        &["--config", &cfgs, "--control", &cs],
+        &[("TIERD_CONTROL", &bs)],
+    ));
+    assert!(answers(&c), "the flag's control socket does not answer");
+    assert!(!a.exists() && !b.exists(), "only the flag's socket exists");
+    drop(d);
+}
+
+#[test]
+fn bad_values_name_the_key() {
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    let out = run(Command::new(tierd_bin())
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--metrics-listen", "nowhere"]));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("metrics-listen"), "{err}");
+
+    let out = run(Command::new(tierd_bin())
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(&data)
+        .env("TIERD_METRICS_LISTEN", "10.0.0.1"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("metrics-listen"), "{err}");
+
+    let cfg = dir.path().join("bad.toml");
+    write(&cfg, b"[migrate]\nbandwidth = \"lots\"\n");
+    let out = run(Command::new(tierd_bin())
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--config")
+        .arg(&cfg));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("migrate.bandwidth") && err.contains("lots"),
+        "{err}"
+    );
+    assert!(!data.join("meta").exists(), "nothing was formatted");
+}
+
+#[test]
+fn sighup_reloads_live_knobs() {
+    let dir = tempdir();
+    let cfg = dir.path().join("tierd.toml");
+    write(&cfg, b"[migrate]\nbandwidth = \"64MiB\"\nmax-moves = 5\n");
+    let cfgs = cfg.display().to_string();
+    let mut d = Daemon::start_with(opts(&["--config", &cfgs], &[]));
+    let sock = d.data_dir().join("control.sock");
+    let st = status(&sock);
+    assert_eq!(st["migration"]["config"]["bandwidth"], "64MiB");
+    assert_eq!(st["migration"]["config"]["max-moves"], 5);
+
+    write(
+        &cfg,
+        b"[migrate]\nbandwidth = \"32MiB\"\nmax-moves = 3\n[heat]\nhalf-life = \"10m\"\n",
+    );
+    let pid = libc::pid_t::try_from(d.pid()).expect("pid fits");
+    // SAFETY: kill(2) on our own running child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let applied = wait_until(Duration::from_secs(10), || {
+        status(&sock)["migration"]["config"]["bandwidth"] == "32MiB"
+    });
+    assert!(applied, "SIGHUP did not apply [migrate]:\n{}", d.log());
+    assert_eq!(status(&sock)["migration"]["config"]["max-moves"], 3);
+    let log = d.log();
+    assert!(log.contains("SIGHUP: configuration reloaded"), "{log}");
+    assert!(
+        log.contains("take effect only after a restart") && log.contains("heat"),
+        "the restart-only [heat] change is not reported:\n{log}"
+    );
+    // A broken file keeps the old configuration and says so.
+    write(&cfg, b"[migrate]\nbandwidth = \"lots\"\n");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    assert!(
+        wait_until(Duration::from_secs(10), || d
+            .log()
+            .contains("configuration not reloaded")),
+        "{}",
+        d.log()
+    );
+    assert_eq!(status(&sock)["migration"]["config"]["bandwidth"], "32MiB");
+    assert!(d.is_running());
+    d.terminate();
+}
+
+#[test]
+fn tells_systemd_ready_and_stopping() {
+    let dir = tempdir();
+    let path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&path).expect("binding the notify socket");
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let ps = path.display().to_string();
+    let mut d = Daemon::start_with(opts(&[], &[("NOTIFY_SOCKET", &ps)]));
+    let mut buf = [0u8; 512];
+    let n = sock.recv(&mut buf).expect("READY=1 within 20 s");
+    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(msg.lines().any(|l| l == "READY=1"), "{msg:?}");
+    // Ready means listening: the control socket answers.
+    assert!(answers(&d.data_dir().join("control.sock")));
+    d.terminate();
+    let n = sock.recv(&mut buf).expect("STOPPING=1 at shutdown");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]), "STOPPING=1");
+}

@@ -1,0 +1,210 @@
+//! Prometheus endpoint of the real daemon: after known I/O over NBD
+//! (nbdcopy writing and reading back 8 MiB), a scrape of `/metrics` shows
+//! request counts, payload bytes, latency histograms, device bytes per tier,
+//! capacity and an open connection consistent with what was done.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+
+/// The metrics address the daemon logged (`--metrics-listen 127.0.0.1:0`).
+fn metrics_addr(d: &Daemon) -> String {
+    let mut addr = None;
+    wait_until(Duration::from_secs(10), || {
+        let log = d.log();
+        addr = log.find("serving metrics on http://").and_then(|i| {
+            let rest = &log[i + "serving metrics on http://".len()..];
+            rest.find("/metrics").map(|j| rest[..j].to_string())
+        });
+        addr.is_some()
+    });
+    addr.unwrap_or_else(|| panic!("no metrics address in the log:\n{}", d.log()))
+}
+
+/// GET `path`; returns (status line, headers+body text).
+fn http_get(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connecting {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("setting a timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("sending the request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("reading the response");
+    let status = text.lines().next().unwrap_or("").to_string();
+    (status, text)
+}
+
+/// Samples of a scrape: `name{labels}` -> value.
+fn scrape(addr: &str) -> HashMap<String, f64> {
+    let (status, text) = http_get(addr, "/metrics");
+    assert!(status.contains("200"), "scrape failed: {text}");
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{text}"
+    );
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn get(m: &HashMap<String, f64>, key: &str) -> f64 {
+    *m.get(key).unwrap_or_else(|| {
+        let mut keys: Vec<_> = m.keys().collect();
+        keys.sort();
+        panic!("metric {key} missing; have: {keys:#?}")
+    })
+}
+
+#[test]
+fn counters_follow_real_io() {
+    let d = Daemon::start_with(DaemonOptions {
+        extra_args: vec!["--metrics-listen".into(), "127.0.0.1:0".into()],
+        ..DaemonOptions::small()
+    });
+    let addr = metrics_addr(&d);
+
+    let before = scrape(&addr);
+    let size: f64 = run_ok(tool("nbdinfo").args(["--size", &d.uri()]))
+        .trim()
+        .parse()
+        .expect("nbdinfo prints the size");
+    assert_eq!(get(&before, "tierd_volume_capacity_bytes"), size);
+    assert_eq!(get(&before, "tierd_up"), 1.0);
+    let ssd_cap = get(&before, "tierd_tier_capacity_bytes{tier=\"ssd\"}");
+    let hdd_cap = get(&before, "tierd_tier_capacity_bytes{tier=\"hdd\"}");
+    assert!(ssd_cap > 0.0 && hdd_cap > ssd_cap, "{ssd_cap} {hdd_cap}");
+    assert_eq!(get(&before, "tierd_extents{tier=\"ssd\"}"), 0.0);
+
+    // 8 MiB of known data in at offset 0, then read back.
+    let len = 8 * MIB as usize;
+    let data = random_bytes(len, 42);
+    let src = d.dir().join("in.bin");
+    let back = d.dir().join("out.bin");
+    write(&src, &data);
+    run_ok(tool("nbdcopy").arg(&src).arg(d.uri()));
+    // Read the whole (small) volume back and compare the first 8 MiB.
+    run_ok(tool("nbdcopy").arg(d.uri()).arg(&back));
+    let got = read(&back);
+    assert_same_bytes("read back", &got[..len], &data);
+
+    // Hold one connection open while scraping.
+    let held = TcpStream::connect(d.addr()).expect("connecting to NBD");
+    let mut m = HashMap::new();
+    let counted = wait_until(Duration::from_secs(10), || {
+        m = scrape(&addr);
+        get(&m, "tierd_nbd_connections") >= 1.0
+    });
+    assert!(counted, "an open connection is not counted: {m:?}");
+
+    let writes = get(
+        &m,
+        "tierd_nbd_requests_total{command=\"write\",result=\"ok\"}",
+    );
+    assert!(writes >= 1.0, "write requests {writes}");
+    let wbytes = get(&m, "tierd_nbd_request_bytes_total{command=\"write\"}");
+    assert!(wbytes >= len as f64, "write payload {wbytes} < {len}");
+    let rbytes = get(&m, "tierd_nbd_request_bytes_total{command=\"read\"}");
+    // nbdcopy asks for block status and reads only the allocated 8 MiB.
+    assert!(rbytes >= len as f64, "read payload {rbytes} < {len}");
+    assert!(
+        get(
+            &m,
+            "tierd_nbd_requests_total{command=\"block_status\",result=\"ok\"}"
+        ) >= 1.0
+    );
+    // Histogram count equals the request count per command.
+    let wcount = get(
+        &m,
+        "tierd_nbd_request_duration_seconds_count{command=\"write\"}",
+    );
+    assert_eq!(wcount, writes, "histogram count vs requests");
+    let inf = get(
+        &m,
+        "tierd_nbd_request_duration_seconds_bucket{command=\"write\",le=\"+Inf\"}",
+    );
+    assert_eq!(inf, writes);
+    assert!(
+        get(
+            &m,
+            "tierd_nbd_request_duration_seconds_sum{command=\"write\"}"
+        ) > 0.0
+    );
+
+    // Device bytes: every written byte went to some tier.
+    let dev_w = get(&m, "tierd_device_io_bytes_total{tier=\"ssd\",op=\"write\"}")
+        + get(&m, "tierd_device_io_bytes_total{tier=\"hdd\",op=\"write\"}");
+    assert!(dev_w >= len as f64, "device write bytes {dev_w} < {len}");
+    let dev_ops = get(&m, "tierd_device_io_total{tier=\"ssd\",op=\"write\"}")
+        + get(&m, "tierd_device_io_total{tier=\"hdd\",op=\"write\"}");
+    assert!(dev_ops >= 1.0);
+    let dev_r = get(&m, "tierd_device_io_bytes_total{tier=\"ssd\",op=\"read\"}")
+        + get(&m, "tierd_device_io_bytes_total{tier=\"hdd\",op=\"read\"}");
+    assert!(dev_r >= len as f64, "device read bytes {dev_r} < {len}");
+
+    // The 8 written extents are mapped and counted as used.
+    let extents = get(&m, "tierd_extents{tier=\"ssd\"}") + get(&m, "tierd_extents{tier=\"hdd\"}");
+    assert!(extents >= 8.0, "mapped extents {extents}");
+    let used = get(&m, "tierd_tier_used_bytes{tier=\"ssd\"}")
+        + get(&m, "tierd_tier_used_bytes{tier=\"hdd\"}");
+    assert_eq!(used, extents * MIB as f64);
+    let free_ssd = get(&m, "tierd_tier_free_bytes{tier=\"ssd\"}");
+    assert!(free_ssd <= ssd_cap - get(&m, "tierd_tier_used_bytes{tier=\"ssd\"}"));
+    // Reads of mapped data were hits somewhere; the ratio is a ratio.
+    let hits = get(&m, "tierd_read_hits_total{tier=\"ssd\"}")
+        + get(&m, "tierd_read_hits_total{tier=\"hdd\"}");
+    assert!(hits >= 1.0);
+    let ratio = get(&m, "tierd_ssd_hit_ratio");
+    assert!((0.0..=1.0).contains(&ratio), "{ratio}");
+    assert_eq!(
+        get(&m, "tierd_reserve_target_bytes"),
+        get(&m, "tierd_reserve_format_bytes")
+    );
+    // Counters are present even when zero.
+    assert_eq!(
+        get(
+            &m,
+            "tierd_migrations_total{direction=\"promote\",reason=\"pin\"}"
+        ),
+        0.0
+    );
+    drop(held);
+
+    // Other paths.
+    let (st, _) = http_get(&addr, "/nope");
+    assert!(st.contains("404"), "{st}");
+    let mut s = TcpStream::connect(&addr).expect("connecting");
+    s.write_all(b"POST /metrics HTTP/1.1\r\n\r\n")
+        .expect("sending");
+    let mut t = String::new();
+    s.read_to_string(&mut t).expect("reading");
+    assert!(t.starts_with("HTTP/1.1 405"), "{t}");
+}
+
+#[test]
+fn busy_metrics_port_does_not_stop_serving() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("binding");
+    let port = busy.local_addr().expect("address").port();
+    let d = Daemon::start_with(DaemonOptions {
+        extra_args: vec!["--metrics-listen".into(), format!("127.0.0.1:{port}")],
+        ..DaemonOptions::small()
+    });
+    // The daemon serves NBD anyway and says why metrics are off.
+    run_ok(tool("nbdinfo").args(["--size", &d.uri()]));
+    assert!(
+        wait_until(Duration::from_secs(5), || d
+            .log()
+            .contains("metrics are off")),
+        "{}",
+        d.log()
+    );
+}
