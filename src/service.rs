@@ -227,6 +227,12 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()>,
     hooks: Hooks,
 ) -> Result<()> {
+    if cfg.tls_cert.is_some() || cfg.tls_ca.is_some() {
+        // Never serve in the clear when the operator asked for TLS.
+        return Err(ServiceError::Refused(
+            "tls-cert/tls-key/tls-ca are set, but this build does not implement NBD over TLS yet; refusing to serve without it".into(),
+        ));
+    }
     let opts = ServerOptions {
         export_name: cfg.export_name.clone(),
         description: format!("tierd volume {}", volume.id()),
@@ -261,7 +267,7 @@ pub async fn run_with(
             .local_addr()
             .map_err(io_ctx("reading the bound address"))?;
         if !addr.ip().is_loopback() {
-            warn!(%addr, "serving NBD beyond loopback without TLS: anyone who can reach this address can read and write the volume");
+            warn!(%addr, "serving NBD beyond loopback WITHOUT TLS: anyone who can reach this address can read and write the volume (NBD TLS is not implemented yet; keep `listen` on loopback or use a tunnel)");
         }
         probe.tcp_port = Some(addr.port());
         info!(%addr, "serving NBD over TCP");

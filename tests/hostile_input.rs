@@ -526,3 +526,41 @@ fn read_only_daemon_refuses_every_write_and_serves_reads() {
     c.flush().expect("flush is harmless on a read-only export");
     tried();
 }
+
+#[test]
+fn tls_settings_refuse_to_serve_in_the_clear() {
+    // NBD over TLS is not implemented yet: asking for it must stop the
+    // start, never silently serve unencrypted.
+    let dir = common::tempdir();
+    let pem = dir.path().join("cert.pem");
+    common::write(&pem, b"-----BEGIN CERTIFICATE-----\n");
+    let out = common::run(
+        std::process::Command::new(common::tierd_bin())
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--listen", &format!("127.0.0.1:{}", common::free_port())])
+            .args(["--ssd-size", "64MiB", "--hdd-size", "256MiB"])
+            .arg("--tls-cert")
+            .arg(&pem)
+            .arg("--tls-key")
+            .arg(&pem),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "tierd served with TLS settings:\n{err}"
+    );
+    assert!(err.contains("does not implement NBD over TLS"), "{err}");
+    // A half configuration is refused by validation, naming the key.
+    let out = common::run(
+        std::process::Command::new(common::tierd_bin())
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(dir.path().join("data2"))
+            .arg("--tls-cert")
+            .arg(&pem),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("tls-key"), "{err}");
+}
