@@ -23,8 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::ProgressBar;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::clock::{Clock, SystemClock};
@@ -161,8 +159,10 @@ pub struct Bench {
     charts: Vec<Chart>,
     findings: Vec<Finding>,
     region: u64,
+    region_start: u64,
     capacity: u64,
     ssd_size: u64,
+    hdd_size: u64,
     extent_size: u64,
     hdd_outer_rate: f64,
     progress: Option<ProgressBar>,
@@ -248,8 +248,10 @@ impl Bench {
             charts: Vec::new(),
             findings: Vec::new(),
             region: 0,
+            region_start: 0,
             capacity: 0,
             ssd_size,
+            hdd_size,
             extent_size: opts.extent_size,
             hdd_outer_rate: match opts.hdd_model {
                 Some(ModelKind::Hdd7200) => HddParams::HDD_7200.rate_outer,
@@ -258,15 +260,16 @@ impl Bench {
             progress,
             opts: opts.clone(),
         };
-        // Pre-fill every extent once, in a shuffled order, without timing:
-        // the "used" state. The first allocations take the SSD, the rest
-        // the HDD, so placement starts out unrelated to the workload.
+        // Pre-fill every extent once, in order, without timing: the "used"
+        // state of a volume data was copied onto. The first allocations take
+        // the SSD (the start of the volume), the rest the HDD; the suites'
+        // regions lie in the middle, so their data starts out on the HDD,
+        // laid out in order.
         {
             let vol = Volume::open_with(plain.clone(), vol_store.clone(), VolumeOptions::default())
                 .map_err(setup("opening the hybrid"))?;
             let n = vol.geometry().logical_extents();
-            let mut order: Vec<u64> = (0..n).collect();
-            order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(opts.seed));
+            let order: Vec<u64> = (0..n).collect();
             let es = opts.extent_size;
             let data = vec![0x5au8; es as usize];
             b.progress(&format!("pre-filling {n} extents"));
@@ -289,6 +292,9 @@ impl Bench {
         );
         b.capacity = vol.size();
         b.region = opts.region.min(b.capacity).min(ssd_size) / opts.extent_size * opts.extent_size;
+        // In the middle of what every target holds.
+        b.region_start =
+            (b.capacity.min(hdd_size) - b.region) / 2 / opts.extent_size * opts.extent_size;
         let mig = Arc::new(Migrator::new(vol.clone(), MigrateConfig::default()));
         // The pure targets: an SSD as large as the volume, the HDD alone.
         let pure_ssd = wrap(Arc::new(NullDevice::new(b.capacity)), opts.ssd_model);

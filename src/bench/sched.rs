@@ -27,7 +27,9 @@ struct State {
 /// The scheduler; share it with [`Arc`].
 pub struct VirtualSched {
     st: Mutex<State>,
-    cv: Condvar,
+    /// One condition variable per participant: only the one chosen to run
+    /// is woken.
+    cvs: Mutex<Vec<Arc<Condvar>>>,
 }
 
 impl Default for VirtualSched {
@@ -41,7 +43,7 @@ impl Default for VirtualSched {
                 next_id: 0,
                 open: false,
             }),
-            cv: Condvar::new(),
+            cvs: Mutex::new(Vec::new()),
         }
     }
 }
@@ -63,6 +65,14 @@ impl VirtualSched {
         self.st.lock().now
     }
 
+    fn cv(&self, id: usize) -> Arc<Condvar> {
+        let mut cvs = self.cvs.lock();
+        while cvs.len() <= id {
+            cvs.push(Arc::new(Condvar::new()));
+        }
+        cvs[id].clone()
+    }
+
     fn dispatch(&self, st: &mut State) {
         if st.running.is_some() || !st.open {
             return;
@@ -70,7 +80,7 @@ impl VirtualSched {
         if let Some(((t, _), id)) = st.waiting.pop_first() {
             st.now = st.now.max(t);
             st.running = Some(id);
-            self.cv.notify_all();
+            self.cv(id).notify_one();
         }
     }
 
@@ -132,9 +142,10 @@ impl VirtualSched {
 
 impl Participant {
     fn wait_turn(&self) {
+        let cv = self.sched.cv(self.id);
         let mut st = self.sched.st.lock();
         while st.running != Some(self.id) {
-            self.sched.cv.wait(&mut st);
+            cv.wait(&mut st);
         }
     }
 
@@ -160,6 +171,10 @@ impl Participant {
             st.waiting.insert(key, self.id);
             st.running = None;
             self.sched.dispatch(&mut st);
+            if st.running == Some(self.id) {
+                // Still the earliest: no hand-off needed.
+                return;
+            }
         }
         self.wait_turn();
     }

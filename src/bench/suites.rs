@@ -180,7 +180,7 @@ impl Bench {
             "sequential" => {
                 for (read, rw) in [(1.0, "read"), (0.0, "write")] {
                     for qd in [1, 4] {
-                        let spec = Spec::simple(read, 0.0, 256 * KIB, 0, region);
+                        let spec = Spec::simple(read, 0.0, 256 * KIB, self.region_start, region);
                         self.case(
                             name,
                             &format!("seq-{rw}-256k-qd{qd}"),
@@ -197,7 +197,7 @@ impl Bench {
                         if rw == "write" && qd == 32 && quick {
                             continue;
                         }
-                        let spec = Spec::simple(read, 1.0, 4 * KIB, 0, region);
+                        let spec = Spec::simple(read, 1.0, 4 * KIB, self.region_start, region);
                         self.case(
                             name,
                             &format!("rand-{rw}-4k-qd{qd}"),
@@ -217,7 +217,7 @@ impl Bench {
                     true,
                 );
                 for qd in [1, 2, 4, 8, 16, 32] {
-                    let spec = Spec::simple(1.0, 1.0, 4 * KIB, 0, region);
+                    let spec = Spec::simple(1.0, 1.0, 4 * KIB, self.region_start, region);
                     let pts = self.case(
                         name,
                         &format!("rand-read-4k-qd{qd}"),
@@ -240,7 +240,7 @@ impl Bench {
                 for bs in [
                     512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144,
                 ] {
-                    let spec = Spec::simple(1.0, 1.0, bs, 0, region);
+                    let spec = Spec::simple(1.0, 1.0, bs, self.region_start, region);
                     let pts = self.case(
                         name,
                         &format!("rand-read-{bs}-qd4"),
@@ -255,7 +255,7 @@ impl Bench {
                 self.charts.push(chart);
             }
             "response" => {
-                let spec = Spec::simple(1.0, 1.0, 512, 0, region);
+                let spec = Spec::simple(1.0, 1.0, 512, self.region_start, region);
                 self.case(name, "read-512-qd1", &spec, 1, self.dur(5.0));
             }
             "iometer" => self.iometer(),
@@ -344,7 +344,7 @@ impl Bench {
                 random,
                 sizes,
                 align: 512,
-                start: 0,
+                start: self.region_start,
                 len: region,
                 skew: Skew::Uniform,
             };
@@ -426,6 +426,30 @@ impl Bench {
         execute(&self.mode, self.targets[0].as_ref(), &run)
     }
 
+    /// Warm the hybrid in 10 s steps until its IOPS stop growing (no new
+    /// best by 3 % for three steps) or `max` seconds pass; returns the
+    /// seconds spent.
+    fn warm_until_stable(&mut self, spec: &Spec, shift: u64) -> f64 {
+        let max = if self.opts.quick { 900.0 } else { 3600.0 };
+        let (mut t, mut best, mut stale) = (0.0, 0.0, 0);
+        while t < max * self.opts.time_scale {
+            let m = self.warm(spec, 10.0, shift);
+            t += 10.0 * self.opts.time_scale;
+            let now = m.iops();
+            self.progress(&format!("warming up: {t:.0} s, hybrid {now:.0} IOPS"));
+            if now > best * 1.03 {
+                best = now;
+                stale = 0;
+            } else {
+                stale += 1;
+                if stale >= 3 {
+                    break;
+                }
+            }
+        }
+        t
+    }
+
     fn zipf(&mut self) {
         let factors: &[f64] = if self.opts.quick {
             &[0.5, 1.0]
@@ -434,7 +458,7 @@ impl Bench {
         };
         for &f in factors {
             let spec = self.zipf_spec(f);
-            self.warm(&spec, 60.0, 0);
+            let warmed = self.warm_until_stable(&spec, 0);
             let pts = self.case("zipf", &format!("zipf0.99-ws{f}x"), &spec, 4, self.dur(3.0));
             let (h, s, d) = (pts[0].iops, pts[1].iops, pts[2].iops);
             self.finding(
@@ -442,7 +466,7 @@ impl Bench {
                 &format!("ws{f}x-hybrid/pure-ssd"),
                 h / s.max(1e-9),
                 "ratio",
-                format!("working set {f}x the SSD, after 60 s of warm-up"),
+                format!("working set {f}x the SSD, after {warmed:.0} s of warm-up"),
             );
             self.finding(
                 "zipf",
@@ -461,7 +485,7 @@ impl Bench {
         let spec = self.zipf_spec(0.5);
         let es = self.extent_size;
         let n = spec.len / es;
-        self.warm(&spec, 60.0, 0);
+        self.warm_until_stable(&spec, 0);
         // The new hot set: the chunks of the top ranks after the shift.
         let shift = n / 2;
         let hot: Vec<u64> = (0..(n / 10).max(1))
@@ -532,7 +556,8 @@ impl Bench {
         let es = self.extent_size;
         let reserve = u64::from(vol.geometry().reserve_extents) * es;
         let len = 2 * reserve;
-        let start = (self.capacity - len) / es * es;
+        // Inside every target (the pure HDD is smaller than the volume).
+        let start = (self.capacity.min(self.hdd_size) - len) / es * es;
         if self.targets[0].trim(start, len).is_err() || vol.flush().is_err() {
             return;
         }
@@ -573,6 +598,38 @@ impl Bench {
                 &spec,
                 &m,
             );
+            // Throughput while the first reserve's worth lands, and after.
+            let per_bin = 256.0 * KIB as f64 / MIB as f64;
+            let mut landed = 0.0;
+            let (mut first, mut first_s, mut rest, mut rest_s) = (0.0, 0.0, 0.0, 0.0);
+            for n in &m.series {
+                let mib = *n as f64 * per_bin;
+                if landed < (reserve / MIB) as f64 {
+                    first += mib;
+                    first_s += 1.0;
+                } else {
+                    rest += mib;
+                    rest_s += 1.0;
+                }
+                landed += mib;
+            }
+            let tname = p.target.clone();
+            self.finding(
+                "landing",
+                &format!("{tname}-MiBps-first-reserve"),
+                first / f64::max(first_s, 1.0),
+                "MiB/s",
+                "while the first reserve-sized part lands".into(),
+            );
+            if rest_s > 0.0 {
+                self.finding(
+                    "landing",
+                    &format!("{tname}-MiBps-after"),
+                    rest / rest_s,
+                    "MiB/s",
+                    "past the reserve".into(),
+                );
+            }
             for (s, n) in m.series.iter().enumerate() {
                 push(&mut chart, &p.target, s as f64, *n as f64 * 256.0 / 1024.0);
             }

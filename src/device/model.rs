@@ -218,8 +218,11 @@ impl TimingModel for HddModel {
                     self.cache_used.pop_front();
                 }
                 let used: u64 = self.cache_used.iter().map(|(_, n)| n).sum();
+                // Drives keep the destage backlog short so reads are not
+                // starved: cache only while the mechanism is < 50 ms behind.
+                let behind = self.busy_until.saturating_sub(now);
                 let destaged = self.mechanism(offset, len, now + overhead);
-                if used + len <= self.p.cache {
+                if used + len <= self.p.cache && behind < Duration::from_millis(50) {
                     // Completed from the cache at interface speed.
                     self.cache_used.push_back((destaged, len));
                     let start = self.link_free.max(now);
