@@ -27,6 +27,9 @@ pub use crate::nbd::IoHint;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", default)]
 pub struct HeatConfig {
+    /// Record heat at all (off: no promotion ever happens; for measuring
+    /// what heat tracking costs).
+    pub enabled: bool,
     /// Half-life of an extent's score.
     #[serde(with = "crate::config::duration_secs")]
     pub half_life: Duration,
@@ -42,6 +45,7 @@ pub struct HeatConfig {
 impl Default for HeatConfig {
     fn default() -> Self {
         HeatConfig {
+            enabled: true,
             half_life: Duration::from_secs(60),
             coverage_window: Duration::from_secs(60),
             sequential_cutoff: ByteSize(4 << 20),
@@ -120,7 +124,7 @@ impl HeatMap {
     /// Record one request over `[offset, offset+len)` (already range-checked).
     /// Returns false when the request earned no heat (sequential).
     pub fn record(&self, offset: u64, len: u64, hint: IoHint) -> bool {
-        if len == 0 {
+        if len == 0 || !self.cfg.enabled {
             return true;
         }
         if self.is_sequential(hint) {

@@ -36,6 +36,7 @@ impl Bed {
                 coverage_window: Duration::from_secs(10),
                 // Scaled to the small test geometry: 4 extents.
                 sequential_cutoff: tierd::config::ByteSize(4 * EXTENT),
+                ..HeatConfig::default()
             },
         };
         let opts = FormatOptions {
