@@ -25,8 +25,8 @@ fi
 
 section "Client tools"
 # Tools the integration tests run, and the Debian packages providing them.
-TOOLS=(nbdinfo nbdcopy nbdfuse qemu-img qemu-io fio nbdkit mkfs.ext4 e2fsck losetup fusermount3 mount umount sha256sum)
-PACKAGES=(libnbd-bin nbdkit qemu-utils fio fuse3 e2fsprogs util-linux mount coreutils)
+TOOLS=(nbdinfo nbdcopy nbdfuse qemu-img qemu-io fio nbdkit mkfs.ext4 e2fsck losetup fusermount3 mount umount sha256sum openssl)
+PACKAGES=(libnbd-bin nbdkit qemu-utils fio fuse3 e2fsprogs util-linux mount coreutils openssl)
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 missing=()
 for t in "${TOOLS[@]}"; do

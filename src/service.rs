@@ -16,7 +16,7 @@ use crate::control::{self, ConnectionProbe, Live};
 use crate::device::{BlockDevice, FileDevice};
 use crate::metrics;
 use crate::migrate::Migrator;
-use crate::nbd::{Server, ServerOptions};
+use crate::nbd::{Server, ServerOptions, ServerTls, TlsFiles};
 use crate::store::{MetaStore, SledStore, StoreError};
 use crate::volume::{Devices, FormatOptions, Geometry, Volume, VolumeError, VolumeOptions};
 
@@ -52,6 +52,34 @@ type Result<T> = std::result::Result<T, ServiceError>;
 fn io_ctx(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
     let what = what.into();
     move |source| ServiceError::Io { what, source }
+}
+
+/// The TLS the NBD server requires, from `tls-cert`, `tls-key` and
+/// `tls-ca`; `None` when `tls-cert` is unset. Never falls back to plain
+/// NBD: unreadable or unusable files refuse the start.
+fn tls_from_config(cfg: &Config) -> Result<Option<ServerTls>> {
+    let (cert, key) = match (&cfg.tls_cert, &cfg.tls_key) {
+        (Some(cert), Some(key)) => (cert, key),
+        (None, None) if cfg.tls_ca.is_none() => return Ok(None),
+        _ => {
+            return Err(ServiceError::Refused(
+                "tls-cert and tls-key must be set together (and tls-ca needs both)".into(),
+            ))
+        }
+    };
+    let files = TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+        ca: cfg.tls_ca.clone(),
+    };
+    let tls = ServerTls::from_files(&files)
+        .map_err(|e| ServiceError::Refused(format!("cannot set up NBD TLS: {e}")))?;
+    info!(
+        cert = %cert.display(),
+        client_certificates = files.ca.is_some(),
+        "NBD clients must use TLS (STARTTLS)"
+    );
+    Ok(Some(tls))
 }
 
 /// Open the two devices named by the configuration.
@@ -227,18 +255,14 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()>,
     hooks: Hooks,
 ) -> Result<()> {
-    if cfg.tls_cert.is_some() || cfg.tls_ca.is_some() {
-        // Never serve in the clear when the operator asked for TLS.
-        return Err(ServiceError::Refused(
-            "tls-cert/tls-key/tls-ca are set, but this build does not implement NBD over TLS yet; refusing to serve without it".into(),
-        ));
-    }
+    let tls = tls_from_config(cfg)?;
     let opts = ServerOptions {
         export_name: cfg.export_name.clone(),
         description: format!("tierd volume {}", volume.id()),
         read_only: cfg.read_only,
         max_connections: cfg.max_connections,
         handshake_timeout: cfg.handshake_timeout,
+        tls: tls.clone(),
         ..ServerOptions::default()
     };
     let server = Server::new(volume.clone(), opts);
@@ -266,8 +290,8 @@ pub async fn run_with(
         let addr = listener
             .local_addr()
             .map_err(io_ctx("reading the bound address"))?;
-        if !addr.ip().is_loopback() {
-            warn!(%addr, "serving NBD beyond loopback WITHOUT TLS: anyone who can reach this address can read and write the volume (NBD TLS is not implemented yet; keep `listen` on loopback or use a tunnel)");
+        if !addr.ip().is_loopback() && tls.is_none() {
+            warn!(%addr, "serving NBD beyond loopback WITHOUT TLS: anyone who can reach this address can read and write the volume (set tls-cert and tls-key, keep `listen` on loopback, or use a tunnel)");
         }
         probe.tcp_port = Some(addr.port());
         info!(%addr, "serving NBD over TCP");

@@ -529,8 +529,8 @@ fn read_only_daemon_refuses_every_write_and_serves_reads() {
 
 #[test]
 fn tls_settings_refuse_to_serve_in_the_clear() {
-    // NBD over TLS is not implemented yet: asking for it must stop the
-    // start, never silently serve unencrypted.
+    // Unusable TLS files must stop the start, naming the file, never
+    // silently serve unencrypted (tests/tls.rs covers working TLS).
     let dir = common::tempdir();
     let pem = dir.path().join("cert.pem");
     common::write(&pem, b"-----BEGIN CERTIFICATE-----\n");
@@ -551,7 +551,10 @@ fn tls_settings_refuse_to_serve_in_the_clear() {
         !out.status.success(),
         "tierd served with TLS settings:\n{err}"
     );
-    assert!(err.contains("does not implement NBD over TLS"), "{err}");
+    assert!(
+        err.contains("cannot set up NBD TLS") && err.contains("cert.pem"),
+        "{err}"
+    );
     // A half configuration is refused by validation, naming the key.
     let out = common::run(
         std::process::Command::new(common::tierd_bin())

@@ -16,10 +16,14 @@
 
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{
+    AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter, ReadBuf,
+};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -27,6 +31,7 @@ use tracing::{debug, warn, Instrument};
 
 use super::export::{Export, ExportError, IoHint, StatusRun};
 use super::proto::{self, Descriptor, OptionHeader, Request};
+use super::tls::ServerTls;
 
 /// Options longer than [`proto::MAX_OPTION_LEN`] but at most this long are
 /// read, discarded and refused with `NBD_REP_ERR_TOO_BIG`; longer ones end
@@ -63,6 +68,11 @@ pub struct ServerOptions {
     /// Bytes of request/reply data in flight per connection (raised to at
     /// least `max_request` so that one maximal request always fits).
     pub max_in_flight_bytes: usize,
+    /// When set, TLS is required: a client must upgrade with
+    /// `NBD_OPT_STARTTLS` first; every other option except `NBD_OPT_ABORT`
+    /// is refused with `NBD_REP_ERR_TLS_REQD` until it has. When `None`,
+    /// `NBD_OPT_STARTTLS` is answered with `NBD_REP_ERR_UNSUP`.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for ServerOptions {
@@ -76,6 +86,7 @@ impl Default for ServerOptions {
             max_connections: 256,
             max_in_flight: 64,
             max_in_flight_bytes: 128 * 1024 * 1024,
+            tls: None,
         }
     }
 }
@@ -92,6 +103,10 @@ pub enum ConnectionError {
     /// The handshake did not finish within [`ServerOptions::handshake_timeout`].
     #[error("handshake timed out")]
     HandshakeTimeout,
+    /// The TLS handshake after `NBD_OPT_STARTTLS` failed (e.g. the client
+    /// refused our certificate or offered none when one is required).
+    #[error("TLS handshake failed: {0}")]
+    Tls(io::Error),
 }
 
 /// An NBD server for one export. Cheap to clone.
@@ -394,6 +409,7 @@ impl Server {
         match &result {
             Ok(()) => debug!("connection closed"),
             Err(ConnectionError::Protocol(e)) => warn!("NBD protocol error, disconnecting: {e}"),
+            Err(ConnectionError::Tls(e)) => warn!("NBD TLS handshake failed: {e}"),
             Err(e) => debug!("connection ended: {e}"),
         }
         result
@@ -401,7 +417,7 @@ impl Server {
 
     async fn connection<S>(
         &self,
-        mut stream: S,
+        stream: S,
         mut stop: watch::Receiver<bool>,
     ) -> Result<(), ConnectionError>
     where
@@ -409,7 +425,7 @@ impl Server {
     {
         let timeout = self.inner.opts.handshake_timeout;
         let session = tokio::select! {
-            r = tokio::time::timeout(timeout, self.handshake(&mut stream)) => match r {
+            r = tokio::time::timeout(timeout, self.handshake(stream)) => match r {
                 Err(_) => return Err(ConnectionError::HandshakeTimeout),
                 Ok(r) => r?,
             },
@@ -418,13 +434,14 @@ impl Server {
                 return Ok(());
             }
         };
-        let Some(session) = session else {
+        let Some((session, stream)) = session else {
             debug!("client aborted the handshake");
             return Ok(());
         };
         debug!(
             structured = session.structured,
             base_allocation = session.base_allocation,
+            tls = stream.is_tls(),
             "transmission phase"
         );
         self.transmission(stream, session, stop).await
@@ -452,15 +469,18 @@ impl Server {
         flags
     }
 
-    /// Run the handshake. `Ok(None)`: the client aborted.
-    async fn handshake<S>(&self, s: &mut S) -> Result<Option<Session>, ConnectionError>
+    /// Run the handshake, upgrading to TLS on `NBD_OPT_STARTTLS`; returns
+    /// the session and the stream (plain or TLS) for the transmission phase.
+    /// `Ok(None)`: the client aborted.
+    async fn handshake<S>(&self, stream: S) -> Result<Option<(Session, Conn<S>)>, ConnectionError>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
+        let mut conn = Conn::Plain(stream);
         let greeting =
             proto::encode_server_greeting(proto::FLAG_FIXED_NEWSTYLE | proto::FLAG_NO_ZEROES);
-        send(s, &greeting).await?;
-        let client_flags = s.read_u32().await?;
+        send(&mut conn, &greeting).await?;
+        let client_flags = conn.read_u32().await?;
         if client_flags & !proto::KNOWN_CLIENT_FLAGS != 0 {
             return Err(ConnectionError::Protocol(format!(
                 "unknown client flags {client_flags:#x}"
@@ -470,7 +490,7 @@ impl Server {
         let mut st = Haggle::default();
         loop {
             let mut hdr = [0u8; proto::OPTION_HEADER_LEN];
-            s.read_exact(&mut hdr).await?;
+            conn.read_exact(&mut hdr).await?;
             let h = proto::parse_option_header(&hdr)
                 .map_err(|e| ConnectionError::Protocol(format!("option header: {e}")))?;
             if h.len > proto::MAX_OPTION_LEN {
@@ -481,7 +501,7 @@ impl Server {
                     )));
                 }
                 warn!(option = h.option, len = h.len, "option too long; refused");
-                discard(s, u64::from(h.len)).await?;
+                discard(&mut conn, u64::from(h.len)).await?;
                 let mut out = Vec::new();
                 reply_err(
                     &mut out,
@@ -489,19 +509,74 @@ impl Server {
                     proto::REP_ERR_TOO_BIG,
                     "option too long",
                 );
-                send(s, &out).await?;
+                send(&mut conn, &out).await?;
                 continue;
             }
             // Bounded by MAX_OPTION_LEN above.
             let mut payload = vec![0u8; h.len as usize];
-            s.read_exact(&mut payload).await?;
+            conn.read_exact(&mut payload).await?;
             let mut out = Vec::new();
-            let step = self.option(&h, &payload, &mut st, &mut out);
+            let step = match &self.inner.opts.tls {
+                Some(_) if h.option == proto::OPT_STARTTLS => {
+                    if !payload.is_empty() {
+                        reply_err(
+                            &mut out,
+                            h.option,
+                            proto::REP_ERR_INVALID,
+                            "STARTTLS takes no data",
+                        );
+                        Step::Continue
+                    } else if conn.is_tls() {
+                        reply_err(
+                            &mut out,
+                            h.option,
+                            proto::REP_ERR_INVALID,
+                            "TLS is already in use",
+                        );
+                        Step::Continue
+                    } else {
+                        proto::encode_option_reply(&mut out, h.option, proto::REP_ACK, &[]);
+                        Step::StartTls
+                    }
+                }
+                Some(_) if !conn.is_tls() && h.option != proto::OPT_ABORT => {
+                    if h.option == proto::OPT_EXPORT_NAME {
+                        // No error reply is possible to EXPORT_NAME.
+                        Step::Close("EXPORT_NAME before STARTTLS; TLS is required".into())
+                    } else {
+                        reply_err(
+                            &mut out,
+                            h.option,
+                            proto::REP_ERR_TLS_REQD,
+                            "TLS is required: send NBD_OPT_STARTTLS first",
+                        );
+                        Step::Continue
+                    }
+                }
+                _ => self.option(&h, &payload, &mut st, &mut out),
+            };
             match step {
-                Step::Continue => send(s, &out).await?,
+                Step::Continue => send(&mut conn, &out).await?,
+                Step::StartTls => {
+                    send(&mut conn, &out).await?;
+                    let (Some(tls), Conn::Plain(raw)) = (&self.inner.opts.tls, conn) else {
+                        return Err(ConnectionError::Protocol(
+                            "STARTTLS without TLS configured".into(),
+                        ));
+                    };
+                    let tls_stream = tls
+                        .acceptor()
+                        .accept(raw)
+                        .await
+                        .map_err(ConnectionError::Tls)?;
+                    debug!("TLS established");
+                    conn = Conn::Tls(Box::new(tls_stream));
+                    // Option haggling starts over; the client flags stay.
+                    st = Haggle::default();
+                }
                 Step::Abort => {
                     // The client may already have gone; that is fine.
-                    let _ = send(s, &out).await;
+                    let _ = send(&mut conn, &out).await;
                     return Ok(None);
                 }
                 Step::Transmit => {
@@ -513,12 +588,13 @@ impl Server {
                             no_zeroes,
                         ));
                     }
-                    send(s, &out).await?;
-                    return Ok(Some(Session {
+                    send(&mut conn, &out).await?;
+                    let session = Session {
                         structured: st.structured,
                         base_allocation: st.base_allocation,
                         size: self.inner.export.size(),
-                    }));
+                    };
+                    return Ok(Some((session, conn)));
                 }
                 Step::Close(why) => {
                     return Err(ConnectionError::Protocol(why));
@@ -1029,7 +1105,79 @@ enum Step {
     Continue,
     Abort,
     Transmit,
+    /// ACK sent for `NBD_OPT_STARTTLS`: run the TLS handshake next.
+    StartTls,
     Close(String),
+}
+
+/// A connection's stream: as accepted, or upgraded to TLS by STARTTLS.
+enum Conn<S> {
+    Plain(S),
+    Tls(Box<tokio_rustls::server::TlsStream<S>>),
+}
+
+impl<S> Conn<S> {
+    fn is_tls(&self) -> bool {
+        matches!(self, Conn::Tls(_))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Conn<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Conn<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(s) => s.is_write_vectored(),
+            Conn::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 fn reply_err(out: &mut Vec<u8>, option: u32, reply_type: u32, msg: &str) {

@@ -35,6 +35,7 @@ fn package_of(tool: &str) -> &'static str {
         "mkfs.ext4" | "e2fsck" => "e2fsprogs",
         "losetup" | "mount" | "umount" | "findmnt" => "util-linux (and mount)",
         "sha256sum" => "coreutils",
+        "openssl" => "openssl",
         _ => "the package that provides it",
     }
 }
