@@ -3,7 +3,7 @@
 //! A CA, a server certificate for 127.0.0.1/localhost and a client
 //! certificate are made at test time with `openssl`. libnbd clients
 //! (`nbdinfo`, `nbdcopy`) connect with `nbds://` URIs and a GnuTLS X.509
-//! directory (`ca-cert.pem`, and `client-cert.pem`/`client-key.pem` for
+//! directory (qemu-io uses the same directory through `tls-creds-x509`) (`ca-cert.pem`, and `client-cert.pem`/`client-key.pem` for
 //! client authentication); a raw client checks the option-haggling rules
 //! (TLS required before anything else, STARTTLS only once, EXPORT_NAME
 //! before TLS closes) with a rustls client for the upgrade.
@@ -177,6 +177,28 @@ fn libnbd_clients_over_tls_and_plain_clients_refused() {
     let back = read(&output);
     assert_eq!(back.len() as u64, size);
     assert_same_bytes("read back over TLS", &back[..data.len()], &data);
+
+    // qemu's own TLS client (tls-creds-x509, same directory layout) writes
+    // a pattern and reads it back.
+    let qemu = run_ok(
+        tool("qemu-io")
+            .arg("--object")
+            .arg(format!(
+                "tls-creds-x509,id=tls0,dir={},endpoint=client",
+                certs.display()
+            ))
+            .arg("--image-opts")
+            .arg(format!(
+                "driver=nbd,host=127.0.0.1,port={},tls-creds=tls0",
+                d.port()
+            ))
+            .args(["-c", "write -P 0xa5 16M 64k"])
+            .args(["-c", "read -P 0xa5 16M 64k"]),
+    );
+    assert!(
+        qemu.contains("read 65536/65536") && !qemu.contains("verification failed"),
+        "qemu-io over TLS:\n{qemu}"
+    );
 
     // A plain client is refused (TLS required) and the daemon keeps serving.
     let out = nbdinfo_size(&d.uri());
