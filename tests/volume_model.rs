@@ -67,7 +67,15 @@ fn random_ops_match_the_model_across_restarts() {
             }
             35..=69 => {
                 let mut buf = vec![0xAAu8; l];
-                vol.read(offset, &mut buf).unwrap();
+                if rng.gen_bool(0.5) {
+                    vol.read(offset, &mut buf).unwrap();
+                } else {
+                    // Memory devices never wait: the no-wait path must answer.
+                    let hint = tierd::heat::IoHint::default();
+                    vol.read_nowait(offset, &mut buf, hint)
+                        .expect("no wait")
+                        .unwrap();
+                }
                 assert!(
                     buf == model[o..o + l],
                     "step {step}: read {offset}+{len} differs"

@@ -130,6 +130,30 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> Option<io::Result<()>> {
+        if self.direct {
+            return None;
+        }
+        if let Err(e) = check_range(self.size, offset, buf.len()) {
+            return Some(Err(e));
+        }
+        let want = buf.len();
+        let mut iov = [io::IoSliceMut::new(buf)];
+        match rustix::io::preadv2(
+            &self.file,
+            &mut iov,
+            offset,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        ) {
+            Ok(n) if n == want => Some(Ok(())),
+            // Partly cached, not cached (EAGAIN), or no RWF_NOWAIT support:
+            // take the blocking path.
+            Ok(_) => None,
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::OPNOTSUPP => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_range(self.size, offset, buf.len())?;
         if !self.direct || Self::aligned(offset, buf.len(), buf.as_ptr()) {
@@ -175,6 +199,15 @@ mod tests {
         let mut back = vec![0u8; data.len()];
         dev.read_at(&mut back, 1234).unwrap();
         assert_eq!(back, data);
+        // Just written: in the page cache, so a no-wait read succeeds.
+        if !direct {
+            let mut again = vec![0u8; 4096];
+            match dev.read_at_nowait(&mut again, 16384) {
+                Some(r) => r.unwrap(),
+                None => panic!("a cached read would block"),
+            }
+            assert_eq!(again, data[..4096]);
+        }
         let mut edge = vec![0u8; 3];
         dev.read_at(&mut edge, 1231).unwrap();
         assert_eq!(edge, [0, 0, 0]);

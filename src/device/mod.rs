@@ -31,6 +31,12 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn size(&self) -> u64;
     /// Read `buf.len()` bytes at `offset`.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Read without waiting for the medium: `None` when the data is not at
+    /// hand (not in the page cache, or the device cannot tell), so the
+    /// caller may serve the read inline and fall back to a thread otherwise.
+    fn read_at_nowait(&self, _buf: &mut [u8], _offset: u64) -> Option<io::Result<()>> {
+        None
+    }
     /// Write all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Make every completed write durable (fdatasync).

@@ -79,6 +79,17 @@ pub trait Export: Send + Sync + 'static {
     fn read_hinted(&self, offset: u64, buf: &mut [u8], _hint: IoHint) -> Result<(), ExportError> {
         self.read(offset, buf)
     }
+    /// [`Export::read_hinted`] without waiting for a device: `None` when
+    /// that is not possible now (the server then runs the read on a
+    /// blocking thread). Default: never.
+    fn read_nowait(
+        &self,
+        _offset: u64,
+        _buf: &mut [u8],
+        _hint: IoHint,
+    ) -> Option<Result<(), ExportError>> {
+        None
+    }
     /// [`Export::write`] with the connection's stream hint.
     fn write_hinted(
         &self,

@@ -869,7 +869,18 @@ impl Server {
                         }
                         other => other,
                     };
-                    self.spawn_op(op, req.cookie, session.structured, permits, tx.clone());
+                    match self.try_inline(&op, req.cookie, session.structured) {
+                        Some((head, data)) => {
+                            let _ = tx.send(Outgoing {
+                                head,
+                                data,
+                                _permits: Some(permits),
+                            });
+                        }
+                        None => {
+                            self.spawn_op(op, req.cookie, session.structured, permits, tx.clone())
+                        }
+                    }
                 }
                 (Next::Run(op, _), None) => {
                     // Shutting down while waiting for room: answer, don't run.
@@ -1045,6 +1056,40 @@ impl Server {
             }
             _ => Err(refuse(EINVAL, "unknown command")),
         }
+    }
+
+    /// Serve a READ right here when the export can do it without waiting
+    /// (data in the page cache): no thread hand-off at all. `None`: it
+    /// would wait, run it on a blocking thread instead.
+    fn try_inline(
+        &self,
+        op: &Op,
+        cookie: u64,
+        structured: bool,
+    ) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+        let Op::Read { offset, len, hint } = *op else {
+            return None;
+        };
+        let started = std::time::Instant::now();
+        let mut data = vec![0u8; len as usize];
+        let export = &self.inner.export;
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            export.read_nowait(offset, &mut data, hint)
+        }))
+        .ok()??;
+        crate::metrics::record_nbd_request(
+            "read",
+            u64::from(len),
+            started.elapsed(),
+            result.is_ok(),
+        );
+        Some(match result {
+            Ok(()) => success_reply(cookie, structured, OpOutput::Data { offset, data }),
+            Err(e) => (
+                error_reply(cookie, structured, e.errno(), &e.to_string()),
+                None,
+            ),
+        })
     }
 
     fn spawn_op(

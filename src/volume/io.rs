@@ -125,6 +125,61 @@ impl Volume {
         Ok(())
     }
 
+    /// [`Volume::read_hinted`] without waiting: `None` when any part would
+    /// wait (an extent being changed, data not in the page cache); nothing
+    /// is then recorded and the caller takes the blocking path. Lets the NBD
+    /// server answer cached reads on its own thread, without a hand-off.
+    pub fn read_nowait(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        hint: IoHint,
+    ) -> Option<VolumeResult<()>> {
+        if let Err(e) = self.check(offset, buf.len() as u64) {
+            return Some(Err(e));
+        }
+        let _inflight = InFlight::new(&self.inflight);
+        // Counted only if the whole read succeeds without waiting.
+        let (mut hits, mut ops, mut bytes, mut unmapped) = ([0u64; 2], [0u64; 2], [0u64; 2], 0u64);
+        for p in self.pieces(offset, buf.len() as u64) {
+            let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
+            let guard = self.slot_lock(p.extent).try_read()?;
+            let Some(m) = guard.as_ref() else {
+                unmapped += 1;
+                dst.fill(0);
+                continue;
+            };
+            let t = m.loc.tier.index();
+            hits[t] += 1;
+            let dev = self.devices.get(m.loc.tier);
+            let base = self.geo.slot_offset(m.loc.slot);
+            let (first, last) = block_span(p.start, p.len);
+            for (b, n, written) in m.written.runs(first, last) {
+                let lo = (u64::from(b) * BLOCK_SIZE).max(p.start);
+                let hi = (u64::from(b + n) * BLOCK_SIZE).min(p.start + p.len);
+                let part = &mut dst[(lo - p.start) as usize..(hi - p.start) as usize];
+                if !written {
+                    part.fill(0);
+                    continue;
+                }
+                if let Err(e) = dev.read_at_nowait(part, base + lo)? {
+                    Stats::add(&self.stats.dev_errors[t], 1);
+                    return Some(Err(io_err(dev.as_ref())(e)));
+                }
+                ops[t] += 1;
+                bytes[t] += hi - lo;
+            }
+        }
+        self.heat.record(offset, buf.len() as u64, hint);
+        for t in 0..2 {
+            Stats::add(&self.stats.read_hits[t], hits[t]);
+            Stats::add(&self.stats.dev_reads[t], ops[t]);
+            Stats::add(&self.stats.dev_read_bytes[t], bytes[t]);
+        }
+        Stats::add(&self.stats.read_unmapped, unmapped);
+        Some(Ok(()))
+    }
+
     /// Write `data` at `offset`; with `fua`, durable before returning.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> VolumeResult<()> {
         self.write_hinted(offset, data, fua, IoHint::default())
@@ -467,6 +522,15 @@ impl Export for Volume {
 
     fn read_hinted(&self, offset: u64, buf: &mut [u8], hint: IoHint) -> Result<(), ExportError> {
         Ok(Volume::read_hinted(self, offset, buf, hint)?)
+    }
+
+    fn read_nowait(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        hint: IoHint,
+    ) -> Option<Result<(), ExportError>> {
+        Volume::read_nowait(self, offset, buf, hint).map(|r| r.map_err(ExportError::from))
     }
 
     fn write_hinted(
