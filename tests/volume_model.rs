@@ -62,7 +62,15 @@ fn random_ops_match_the_model_across_restarts() {
         match rng.gen_range(0..100) {
             0..=34 => {
                 let data: Vec<u8> = (0..len).map(|_| rng.gen::<u8>() | 1).collect();
-                vol.write(offset, &data, rng.gen_bool(0.1)).unwrap();
+                let hint = tierd::heat::IoHint::default();
+                let inline = rng.gen_bool(0.5);
+                match inline
+                    .then(|| vol.write_nowait(offset, &data, hint))
+                    .flatten()
+                {
+                    Some(r) => r.unwrap(),
+                    None => vol.write(offset, &data, rng.gen_bool(0.1)).unwrap(),
+                }
                 model[o..o + l].copy_from_slice(&data);
             }
             35..=69 => {

@@ -5,6 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
@@ -19,8 +20,10 @@ pub struct FileDevice {
     path: PathBuf,
     size: u64,
     direct: bool,
-    /// Serialises read-modify-write cycles of unaligned O_DIRECT writes.
+        /// Serialises read-modify-write cycles of unaligned O_DIRECT writes.
     rmw: Mutex<()>,
+    /// The kernel refused RWF_NOWAIT writes once: do not try again.
+    no_nowait_writes: AtomicBool,
 }
 
 impl FileDevice {
@@ -54,8 +57,9 @@ impl FileDevice {
             file,
             path: path.to_path_buf(),
             size,
-            direct,
+                        direct,
             rmw: Mutex::new(()),
+            no_nowait_writes: AtomicBool::new(false),
         })
     }
 
@@ -150,6 +154,32 @@ impl BlockDevice for FileDevice {
             // take the blocking path.
             Ok(_) => None,
             Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::OPNOTSUPP => None,
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    fn write_at_nowait(&self, buf: &[u8], offset: u64) -> Option<io::Result<()>> {
+        if self.direct {
+            return None;
+        }
+        if let Err(e) = check_range(self.size, offset, buf.len()) {
+            return Some(Err(e));
+        }
+                if self.no_nowait_writes.load(Ordering::Relaxed) {
+            return None;
+        }
+        let iov = [io::IoSlice::new(buf)];
+        match rustix::io::pwritev2(&self.file, &iov, offset, rustix::io::ReadWriteFlags::NOWAIT) {
+            Ok(n) if n == buf.len() => Some(Ok(())),
+            // A short write: finish the rest the blocking way.
+            Ok(n) => Some(self.file.write_all_at(&buf[n..], offset + n as u64)),
+            Err(e) if e == rustix::io::Errno::AGAIN => None,
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP => {
+                // Buffered no-wait writes need kernel and filesystem
+                // support (ext4 on 6.x kernels lacks it): stop asking.
+                self.no_nowait_writes.store(true, Ordering::Relaxed);
+                None
+            }
             Err(e) => Some(Err(e.into())),
         }
     }

@@ -61,6 +61,10 @@ impl BlockDevice for MemDevice {
         Some(self.read_at(buf, offset))
     }
 
+    fn write_at_nowait(&self, buf: &[u8], offset: u64) -> Option<io::Result<()>> {
+        Some(self.write_at(buf, offset))
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut data = self.data.write();
         check_range(data.len() as u64, offset, buf.len())?;

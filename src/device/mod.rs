@@ -39,6 +39,11 @@ pub trait BlockDevice: Send + Sync + 'static {
     }
     /// Write all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Write without waiting (into the page cache): `None` when that is not
+    /// possible now; nothing was written then.
+    fn write_at_nowait(&self, _buf: &[u8], _offset: u64) -> Option<io::Result<()>> {
+        None
+    }
     /// Make every completed write durable (fdatasync).
     fn sync(&self) -> io::Result<()>;
     /// A human name for messages (the path, or "memory").

@@ -90,6 +90,16 @@ pub trait Export: Send + Sync + 'static {
     ) -> Option<Result<(), ExportError>> {
         None
     }
+    /// [`Export::write_hinted`] (without FUA) without waiting for a device:
+    /// `None` when not possible now (nothing was written). Default: never.
+    fn write_nowait(
+        &self,
+        _offset: u64,
+        _data: &[u8],
+        _hint: IoHint,
+    ) -> Option<Result<(), ExportError>> {
+        None
+    }
     /// [`Export::write`] with the connection's stream hint.
     fn write_hinted(
         &self,

@@ -1067,6 +1067,29 @@ impl Server {
         cookie: u64,
         structured: bool,
     ) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+        if let Op::Write {
+            offset,
+            ref data,
+            fua: false,
+            hint,
+        } = *op
+        {
+            let started = std::time::Instant::now();
+            let export = &self.inner.export;
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                export.write_nowait(offset, data, hint)
+            }))
+            .ok()??;
+            let len = data.len() as u64;
+            crate::metrics::record_nbd_request("write", len, started.elapsed(), result.is_ok());
+            return Some(match result {
+                Ok(()) => success_reply(cookie, structured, OpOutput::Done),
+                Err(e) => (
+                    error_reply(cookie, structured, e.errno(), &e.to_string()),
+                    None,
+                ),
+            });
+        }
         let Op::Read { offset, len, hint } = *op else {
             return None;
         };

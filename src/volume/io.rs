@@ -180,6 +180,44 @@ impl Volume {
         Some(Ok(()))
     }
 
+    /// [`Volume::write_hinted`] without waiting, for writes into blocks that
+    /// already hold data (no allocation, no metadata change, no FUA) whose
+    /// device write goes straight into the page cache. `None`: take the
+    /// blocking path (nothing was written).
+    pub fn write_nowait(&self, offset: u64, data: &[u8], hint: IoHint) -> Option<VolumeResult<()>> {
+        if let Err(e) = self.check(offset, data.len() as u64) {
+            return Some(Err(e));
+        }
+        // One extent only: a multi-extent write could stop half done.
+        let mut pieces = self.pieces(offset, data.len() as u64);
+        let p = pieces.next()?;
+        if pieces.next().is_some() {
+            return None;
+        }
+        let _inflight = InFlight::new(&self.inflight);
+        let (first, last) = block_span(p.start, p.len);
+        let guard = self.slot_lock(p.extent).try_read()?;
+        let m = guard.as_ref()?;
+        if !m.written.all(first, last) {
+            return None;
+        }
+        let dev = self.devices.get(m.loc.tier);
+        let i = m.loc.tier.index();
+        // Bumped before the data changes, as on the blocking path.
+        self.bump(p.extent);
+        let r = dev.write_at_nowait(data, self.geo.slot_offset(m.loc.slot) + p.start)?;
+        if let Err(e) = r {
+            Stats::add(&self.stats.dev_errors[i], 1);
+            return Some(Err(io_err(dev.as_ref())(e)));
+        }
+        Stats::add(&self.stats.dev_writes[i], 1);
+        Stats::add(&self.stats.dev_write_bytes[i], data.len() as u64);
+        self.dirty[i].store(true, Ordering::Release);
+        drop(guard);
+        self.heat.record(offset, data.len() as u64, hint);
+        Some(Ok(()))
+    }
+
     /// Write `data` at `offset`; with `fua`, durable before returning.
     pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> VolumeResult<()> {
         self.write_hinted(offset, data, fua, IoHint::default())
@@ -531,6 +569,15 @@ impl Export for Volume {
         hint: IoHint,
     ) -> Option<Result<(), ExportError>> {
         Volume::read_nowait(self, offset, buf, hint).map(|r| r.map_err(ExportError::from))
+    }
+
+    fn write_nowait(
+        &self,
+        offset: u64,
+        data: &[u8],
+        hint: IoHint,
+    ) -> Option<Result<(), ExportError>> {
+        Volume::write_nowait(self, offset, data, hint).map(|r| r.map_err(ExportError::from))
     }
 
     fn write_hinted(
