@@ -20,7 +20,7 @@ pub struct FileDevice {
     path: PathBuf,
     size: u64,
     direct: bool,
-        /// Serialises read-modify-write cycles of unaligned O_DIRECT writes.
+    /// Serialises read-modify-write cycles of unaligned O_DIRECT writes.
     rmw: Mutex<()>,
     /// The kernel refused RWF_NOWAIT writes once: do not try again.
     no_nowait_writes: AtomicBool,
@@ -57,7 +57,7 @@ impl FileDevice {
             file,
             path: path.to_path_buf(),
             size,
-                        direct,
+            direct,
             rmw: Mutex::new(()),
             no_nowait_writes: AtomicBool::new(false),
         })
@@ -165,7 +165,7 @@ impl BlockDevice for FileDevice {
         if let Err(e) = check_range(self.size, offset, buf.len()) {
             return Some(Err(e));
         }
-                if self.no_nowait_writes.load(Ordering::Relaxed) {
+        if self.no_nowait_writes.load(Ordering::Relaxed) {
             return None;
         }
         let iov = [io::IoSlice::new(buf)];
