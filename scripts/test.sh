@@ -68,6 +68,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 section "cargo build"
 cargo build --workspace
 
+section "fuzz targets build (fuzz/, run them with cargo fuzz: docs/reliability.md)"
+cargo build --manifest-path fuzz/Cargo.toml --target-dir target/fuzz-build
+
 section "cargo test (unit + integration)"
 start=$(date +%s)
 cargo test --workspace --no-fail-fast
