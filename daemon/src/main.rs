@@ -109,7 +109,7 @@ struct Common {
     metrics_listen: Option<String>,
     /// Control socket for tierctl (default DATA_DIR/control.sock; "" for none).
     #[arg(long, value_name = "PATH")]
-    control: Option<PathBuf>,
+    control: Option<String>,
 }
 
 impl Common {
@@ -136,7 +136,7 @@ impl Common {
             ("log-level", self.log_level.clone()),
             ("direct-io", self.direct_io.then(|| "true".to_string())),
             ("metrics-listen", self.metrics_listen.clone()),
-            ("control", path(&self.control)),
+            ("control", self.control.clone()),
         ] {
             if let Some(v) = v {
                 o.push((k, v));
