@@ -83,16 +83,21 @@ pub struct Finding {
 }
 
 /// The suites by name, in run order, with whether `--quick` runs them.
-pub const SUITES: [(&str, bool); 9] = [
+pub const SUITES: [(&str, bool); 13] = [
     ("sequential", true),
     ("random", true),
     ("qd-sweep", false),
     ("bs-sweep", false),
     ("response", false),
+    ("mixed", false),
+    ("multi-stream", false),
     ("iometer", true),
     ("zipf", true),
     ("shift", true),
+    ("scan", true),
     ("landing", true),
+    // Last: it trims the test region.
+    ("fill-trim", false),
 ];
 
 fn point(
@@ -138,6 +143,23 @@ impl Bench {
         qd: usize,
         dur: Duration,
     ) -> Vec<Point> {
+        self.case_with(suite, case, spec, qd, dur, None)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    /// [`Bench::case`] with background workers running another spec; also
+    /// returns each target's measurement.
+    fn case_with(
+        &mut self,
+        suite: &str,
+        case: &str,
+        spec: &Spec,
+        qd: usize,
+        dur: Duration,
+        background: Option<(Spec, usize)>,
+    ) -> Vec<(Point, Measurement)> {
         let mut out = Vec::new();
         for i in 0..self.targets.len() {
             let run = Run {
@@ -152,19 +174,13 @@ impl Bench {
                 } else {
                     None
                 },
+                background: background.clone(),
             };
             let m = execute(&self.mode, self.targets[i].as_ref(), &run);
-            out.push(point(
-                self,
-                suite,
-                case,
-                self.targets[i].as_ref(),
-                qd,
-                spec,
-                &m,
-            ));
+            let p = point(self, suite, case, self.targets[i].as_ref(), qd, spec, &m);
+            out.push((p, m));
         }
-        self.points.extend(out.iter().cloned());
+        self.points.extend(out.iter().map(|(p, _)| p.clone()));
         out
     }
 
@@ -258,6 +274,60 @@ impl Bench {
                 let spec = Spec::simple(1.0, 1.0, 512, self.region_start, region);
                 self.case(name, "read-512-qd1", &spec, 1, self.dur(5.0));
             }
+            "mixed" => {
+                // Two independent workers of 128 KiB sequential I/O, one
+                // reading and one writing, in the read share given.
+                let mut chart = self.chart(
+                    "mixed",
+                    "Two sequential 128 KiB workers vs read share",
+                    "read share (%)",
+                    "MiB/s",
+                    false,
+                );
+                let half = region / 2 / self.extent_size * self.extent_size;
+                let rs = self.region_start;
+                for share in (0..=100).step_by(10) {
+                    let r = f64::from(share) / 100.0;
+                    let a = Spec::simple(r, 0.0, 128 * KIB, rs, half);
+                    let b = Spec::simple(r, 0.0, 128 * KIB, rs + half, half);
+                    let res = self.case_with(
+                        name,
+                        &format!("read{share}pct"),
+                        &a,
+                        1,
+                        self.dur(2.0),
+                        Some((b, 1)),
+                    );
+                    for (p, m) in &res {
+                        let total = (m.bytes + m.bg_bytes) as f64
+                            / MIB as f64
+                            / m.elapsed.as_secs_f64().max(1e-9);
+                        push(&mut chart, &p.target, f64::from(share), total);
+                    }
+                }
+                self.charts.push(chart);
+            }
+            "multi-stream" => {
+                // 1..4 workers, each sequential 64 KiB at QD 1 in its own
+                // region (the generator spreads the workers' cursors).
+                let mut chart = self.chart(
+                    "multi-stream",
+                    "1..4 sequential 64 KiB streams, separate regions",
+                    "streams",
+                    "MiB/s",
+                    false,
+                );
+                for n in 1..=4usize {
+                    let spec = Spec::simple(1.0, 0.0, 64 * KIB, self.region_start, region);
+                    let pts = self.case(name, &format!("streams{n}"), &spec, n, self.dur(3.0));
+                    for p in &pts {
+                        push(&mut chart, &p.target, n as f64, p.mibps);
+                    }
+                }
+                self.charts.push(chart);
+            }
+            "fill-trim" => self.fill_trim(),
+            "scan" => self.scan(),
             "iometer" => self.iometer(),
             "zipf" => self.zipf(),
             "shift" => self.shift(),
@@ -422,6 +492,7 @@ impl Bench {
             bin: Duration::from_secs(1),
             shift: None,
             migrator: self.migrator.as_deref(),
+            background: None,
         };
         execute(&self.mode, self.targets[0].as_ref(), &run)
     }
@@ -549,6 +620,94 @@ impl Bench {
         let _ = vol;
     }
 
+    /// Degradation and recovery: fill the region in five steps, measuring
+    /// random 4 KiB writes at QD 4 after each; then TRIM it all and measure
+    /// again.
+    fn fill_trim(&mut self) {
+        let (rs, region, es) = (self.region_start, self.region, self.extent_size);
+        let step = (region / 5) / es * es;
+        let mut chart = self.chart(
+            "fill-trim",
+            "Random 4 KiB writes, QD 4, as the region fills; then TRIM",
+            "filled (%)",
+            "IOPS",
+            false,
+        );
+        let probe = Spec::simple(0.0, 1.0, 4 * KIB, rs, region);
+        for k in 0..5u64 {
+            let fill = Spec::simple(0.0, 0.0, MIB, rs + k * step, step);
+            // Long enough for the slowest target to write the step once.
+            let secs = (step as f64 / (60.0 * MIB as f64)).max(2.0);
+            self.case_with(
+                "fill-trim",
+                &format!("fill-step{}", k + 1),
+                &fill,
+                1,
+                self.dur(secs),
+                None,
+            );
+            let pts = self.case(
+                "fill-trim",
+                &format!("randwrite-at-{}pct", (k + 1) * 20),
+                &probe,
+                4,
+                self.dur(2.0),
+            );
+            for p in &pts {
+                push(&mut chart, &p.target, ((k + 1) * 20) as f64, p.iops);
+            }
+        }
+        for t in &self.targets {
+            let _ = t.trim(rs, region);
+        }
+        let pts = self.case(
+            "fill-trim",
+            "randwrite-after-trim",
+            &probe,
+            4,
+            self.dur(2.0),
+        );
+        for p in &pts {
+            push(&mut chart, &p.target, 120.0, p.iops);
+        }
+        self.charts.push(chart);
+    }
+
+    /// Scan pollution: hot-set IOPS with and without a long sequential scan
+    /// (twice the SSD) running next to it.
+    fn scan(&mut self) {
+        let spec = self.zipf_spec(0.5);
+        self.warm_until_stable(&spec, 0);
+        let quiet = self.case("scan", "hotset-alone", &spec, 4, self.dur(3.0));
+        let scan_len = (2 * self.ssd_size).min(self.capacity) / self.extent_size * self.extent_size;
+        let scan = Spec::simple(1.0, 0.0, 256 * KIB, 0, scan_len);
+        let busy = self.case_with(
+            "scan",
+            "hotset-with-scan",
+            &spec,
+            4,
+            self.dur(20.0),
+            Some((scan, 1)),
+        );
+        let after = self.case("scan", "hotset-after-scan", &spec, 4, self.dur(3.0));
+        let h = |pts: &[Point]| pts.first().map(|p| p.iops).unwrap_or(0.0);
+        let during = busy.first().map(|(p, _)| p.iops).unwrap_or(0.0);
+        self.finding(
+            "scan",
+            "hybrid-hotset-after/before",
+            h(&after) / h(&quiet).max(1e-9),
+            "ratio",
+            "hot-set IOPS after a 2x-SSD sequential scan vs before (1.0 = nothing evicted)".into(),
+        );
+        self.finding(
+            "scan",
+            "hybrid-hotset-during/before",
+            during / h(&quiet).max(1e-9),
+            "ratio",
+            "while the scan shares the devices".into(),
+        );
+    }
+
     fn landing(&mut self) {
         let Some(vol) = self.targets[0].volume().cloned() else {
             return;
@@ -571,6 +730,7 @@ impl Bench {
             "MiB/s",
             false,
         );
+        let background: Option<(Spec, usize)> = None;
         for i in 0..self.targets.len() {
             let bytes_at_4 = 4.0 * 256.0 * KIB as f64;
             // Long enough for the hybrid to write 2x the reserve at SSD speed.
@@ -586,6 +746,7 @@ impl Bench {
                 } else {
                     None
                 },
+                background: background.clone(),
             };
             let m = execute(&self.mode, self.targets[i].as_ref(), &run);
             let _ = bytes_at_4;

@@ -117,6 +117,10 @@ pub struct Measurement {
     pub bin: Duration,
     /// Errors seen (should be 0).
     pub errors: u64,
+    /// Requests done by the background workers.
+    pub bg_ops: u64,
+    /// Bytes moved by the background workers.
+    pub bg_bytes: u64,
 }
 
 impl Measurement {
@@ -130,6 +134,8 @@ impl Measurement {
             series: Vec::new(),
             bin,
             errors: 0,
+            bg_ops: 0,
+            bg_bytes: 0,
         }
     }
 
@@ -149,6 +155,8 @@ impl Measurement {
         self.ops += o.ops;
         self.bytes += o.bytes;
         self.errors += o.errors;
+        self.bg_ops += o.bg_ops;
+        self.bg_bytes += o.bg_bytes;
         let _ = self.hist.add(&o.hist);
         if self.series.len() < o.series.len() {
             self.series.resize(o.series.len(), 0);
@@ -195,11 +203,34 @@ pub struct Run<'a> {
     pub shift: Option<(Duration, u64)>,
     /// The hybrid's migrator, run alongside.
     pub migrator: Option<&'a Migrator>,
+    /// More workers with another specification, running at the same time
+    /// (a scan next to a hot set, a writer next to a reader); counted in
+    /// [`Measurement::bg_ops`] and [`Measurement::bg_bytes`] only.
+    pub background: Option<(Spec, usize)>,
 }
 
 /// Run `run` against `target`.
 pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
-    let max_len = run.spec.sizes.iter().map(|s| s.0).max().unwrap_or(4096) as usize;
+    let bg_len = run
+        .background
+        .as_ref()
+        .and_then(|(s, _)| s.sizes.iter().map(|x| x.0).max())
+        .unwrap_or(0);
+    let max_len = run
+        .spec
+        .sizes
+        .iter()
+        .map(|s| s.0)
+        .max()
+        .unwrap_or(4096)
+        .max(bg_len) as usize;
+    let nbg = run.background.as_ref().map(|b| b.1).unwrap_or(0);
+    let gen_for = |w: usize| match &run.background {
+        Some((spec, n)) if w >= run.qd => {
+            Generator::new(spec.clone(), run.seed ^ 0xb9, w - run.qd, *n)
+        }
+        _ => Generator::new(run.spec.clone(), run.seed, w, run.qd),
+    };
     match mode {
         Mode::Virtual(sched) => {
             let finished = AtomicUsize::new(0);
@@ -228,11 +259,9 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                 // request costs no thread hand-off; the scheduler only
                 // switches when the migrator is due first.
                 let _ = i;
-                let mut gens: Vec<Generator> = (0..run.qd)
-                    .map(|w| Generator::new(run.spec.clone(), run.seed, w, run.qd))
-                    .collect();
+                let mut gens: Vec<Generator> = (0..run.qd + nbg).map(gen_for).collect();
                 let mut heap: BinaryHeap<Reverse<(Duration, usize)>> =
-                    (0..run.qd).map(|w| Reverse((start, w))).collect();
+                    (0..run.qd + nbg).map(|w| Reverse((start, w))).collect();
                 let mut buf = vec![0u8; max_len];
                 let end = start + run.duration;
                 let mut shifted = false;
@@ -255,7 +284,12 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                     // A request that touched no device (unmapped space)
                     // still takes a moment, or virtual time would stall.
                     let done = virtual_now().max(t0 + MIN_REQUEST);
-                    m.record(start, t0, done, req.len);
+                    if w < run.qd {
+                        m.record(start, t0, done, req.len);
+                    } else {
+                        m.bg_ops += 1;
+                        m.bg_bytes += req.len;
+                    }
                     heap.push(Reverse((done, w)));
                 }
                 finished.store(run.qd, Ordering::Release);
@@ -271,11 +305,12 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
         Mode::Real => {
             let start = real_now();
             let parts: Vec<Measurement> = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..run.qd)
+                let gen_for = &gen_for;
+                let hs: Vec<_> = (0..run.qd + nbg)
                     .map(|i| {
                         s.spawn(move || {
                             let mut m = Measurement::new(run.bin);
-                            let mut gen = Generator::new(run.spec.clone(), run.seed, i, run.qd);
+                            let mut gen = gen_for(i);
                             let mut buf = vec![0u8; max_len];
                             let mut shifted = false;
                             while real_now() < start + run.duration {
@@ -290,7 +325,12 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                                 if target.io(&req, &mut buf).is_err() {
                                     m.errors += 1;
                                 }
-                                m.record(start, t0, real_now(), req.len);
+                                if i < run.qd {
+                                    m.record(start, t0, real_now(), req.len);
+                                } else {
+                                    m.bg_ops += 1;
+                                    m.bg_bytes += req.len;
+                                }
                             }
                             m
                         })
