@@ -127,6 +127,13 @@ pub struct Config {
     pub export_name: String,
     /// Log filter when RUST_LOG is unset. Default `info`.
     pub log_level: String,
+    /// Give the SSD the timing of a modelled drive (`ssd-sata`, `ssd-nvme`)
+    /// on the real clock, for demos and benchmarks on image files. Default
+    /// none (the device's own speed).
+    pub ssd_model: Option<String>,
+    /// Give the HDD the timing of a modelled drive (`hdd-5400`, `hdd-7200`).
+    /// Default none.
+    pub hdd_model: Option<String>,
     /// Serve the volume read-only: writes, trims and zeroing get EPERM and
     /// clients see `NBD_FLAG_READ_ONLY`. Default false.
     pub read_only: bool,
@@ -174,6 +181,8 @@ impl Default for Config {
             direct_io: false,
             export_name: String::new(),
             log_level: "info".to_string(),
+            ssd_model: None,
+            hdd_model: None,
             read_only: false,
             max_connections: 256,
             handshake_timeout: std::time::Duration::from_secs(30),
@@ -216,7 +225,7 @@ pub enum ConfigError {
 pub const TABLES: [&str; 2] = ["heat", "migrate"];
 
 /// Keys settable from `TIERD_<KEY>` (upper case, `-` as `_`).
-pub const KEYS: [&str; 21] = [
+pub const KEYS: [&str; 23] = [
     "data-dir",
     "ssd",
     "hdd",
@@ -230,6 +239,8 @@ pub const KEYS: [&str; 21] = [
     "direct-io",
     "export-name",
     "log-level",
+    "ssd-model",
+    "hdd-model",
     "read-only",
     "max-connections",
     "handshake-timeout",
@@ -338,6 +349,28 @@ impl Config {
                     key,
                     problem: format!("{v} is too small (at least 8MiB)"),
                 });
+            }
+        }
+        for (key, v, ssd) in [
+            ("ssd-model", &self.ssd_model, true),
+            ("hdd-model", &self.hdd_model, false),
+        ] {
+            if let Some(name) = v {
+                let ok = crate::device::model::ModelKind::parse(name)
+                    .is_some_and(|m| m.name().starts_with("ssd") == ssd);
+                if !ok {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        problem: format!(
+                            "{name:?}: use {}",
+                            if ssd {
+                                "ssd-sata or ssd-nvme"
+                            } else {
+                                "hdd-5400 or hdd-7200"
+                            }
+                        ),
+                    });
+                }
             }
         }
         let h = &self.heat;

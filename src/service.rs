@@ -88,14 +88,31 @@ pub fn open_devices(cfg: &Config) -> Result<Devices> {
     if same_file(&ssd, &hdd) {
         return Err(VolumeError::SameDevice(ssd.display().to_string()).into());
     }
-    let open = |p: &Path| -> Result<Arc<dyn BlockDevice>> {
-        let dev = FileDevice::open(p, cfg.direct_io)
-            .map_err(io_ctx(format!("opening device {}", p.display())))?;
-        Ok(Arc::new(dev))
+    let open = |p: &Path, model: &Option<String>| -> Result<Arc<dyn BlockDevice>> {
+        let dev: Arc<dyn BlockDevice> = Arc::new(
+            FileDevice::open(p, cfg.direct_io)
+                .map_err(io_ctx(format!("opening device {}", p.display())))?,
+        );
+        // Validated on load; an unknown name here means no model.
+        match model
+            .as_deref()
+            .and_then(crate::device::model::ModelKind::parse)
+        {
+            Some(m) => {
+                info!(device = %p.display(), model = m.name(), "timing the device like a modelled drive");
+                let timed = crate::device::TimedDevice::new(
+                    dev.clone(),
+                    m.build(dev.size()),
+                    crate::device::TimeMode::Real,
+                );
+                Ok(Arc::new(timed))
+            }
+            None => Ok(dev),
+        }
     };
     Ok(Devices {
-        ssd: open(&ssd)?,
-        hdd: open(&hdd)?,
+        ssd: open(&ssd, &cfg.ssd_model)?,
+        hdd: open(&hdd, &cfg.hdd_model)?,
     })
 }
 

@@ -83,6 +83,12 @@ struct Common {
     /// Open devices with O_DIRECT.
     #[arg(long)]
     direct_io: bool,
+    /// Time the SSD like a modelled drive: ssd-sata or ssd-nvme (demos, benchmarks).
+    #[arg(long, value_name = "MODEL")]
+    ssd_model: Option<String>,
+    /// Time the HDD like a modelled drive: hdd-5400 or hdd-7200.
+    #[arg(long, value_name = "MODEL")]
+    hdd_model: Option<String>,
     /// Serve the volume read-only (writes get EPERM).
     #[arg(long)]
     read_only: bool,
@@ -128,6 +134,8 @@ impl Common {
             ("extent-size", self.extent_size.clone()),
             ("reserve", self.reserve.clone()),
             ("read-only", self.read_only.then(|| "true".to_string())),
+            ("ssd-model", self.ssd_model.clone()),
+            ("hdd-model", self.hdd_model.clone()),
             ("max-connections", self.max_connections.clone()),
             ("handshake-timeout", self.handshake_timeout.clone()),
             ("tls-cert", path(&self.tls_cert)),
