@@ -25,7 +25,7 @@ fn modelled_hdd_reads_take_milliseconds() {
         let off = (80 << 20) + (i * 7919 % 5000) * 4096;
         cmd.args(["-c", &format!("read {off} 4k")]);
     }
-        cmd.arg(d.uri());
+    cmd.arg(d.uri());
     let out = common::run_ok(&mut cmd);
     // qemu-io reports each read's rate: "... and N ops/sec".
     let mut rates: Vec<f64> = out
@@ -39,7 +39,10 @@ fn modelled_hdd_reads_take_milliseconds() {
     let median = rates[12];
     // A 7200 rpm disk needs milliseconds per random read (rotation alone
     // averages 4 ms): well under 500 reads/s. The page cache does >10k/s.
-    assert!(median < 500.0, "median modelled HDD read rate {median} ops/s:\n{out}");
+    assert!(
+        median < 500.0,
+        "median modelled HDD read rate {median} ops/s:\n{out}"
+    );
 }
 
 #[test]
