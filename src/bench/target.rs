@@ -241,8 +241,9 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                 if i == 1 {
                     if let Some(mig) = run.migrator {
                         let interval = mig.config().interval;
-                        while finished.load(Ordering::Acquire) < run.qd {
-                            p.sleep_until(p.now() + interval);
+                        // A round at the start of every run, then one per
+                        // interval: short runs back to back still migrate.
+                        loop {
                             set_virtual_now(p.now());
                             mig.run_round(&|d| {
                                 let t = virtual_now().max(p.now() + d);
@@ -250,6 +251,13 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                                 set_virtual_now(p.now());
                             });
                             p.sleep_until(virtual_now());
+                            if finished.load(Ordering::Acquire) >= run.qd {
+                                break;
+                            }
+                            p.sleep_until(p.now() + interval);
+                            if finished.load(Ordering::Acquire) >= run.qd {
+                                break;
+                            }
                         }
                     }
                     return m;

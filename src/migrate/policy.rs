@@ -8,7 +8,8 @@
 //! 3. **Promotion**: HDD extents whose *effective* heat reaches
 //!    `promote-min-score` move up, hottest first — into free SSD space above
 //!    the reserve if there is any, else by swapping with the coldest SSD
-//!    extent, but only if they beat it by the hysteresis margin
+//!    extent (promoting into a reserve slot first, then demoting to refill
+//!    it), but only if they beat it by the hysteresis margin
 //!    (`eff > cold * (1 + promote-margin) + promote-margin-abs`), so nothing
 //!    ping-pongs.
 //!
@@ -121,7 +122,8 @@ pub fn effective(cfg: &PolicyConfig, c: &Candidate, blocks_per_extent: u32) -> f
     c.score * (c.coverage as f32 / dense as f32).min(1.0)
 }
 
-/// Plan the moves of one round, demotions of a swap before its promotion.
+/// Plan the moves of one round. In a swap the promotion goes first while
+/// the SSD has a free (reserve) slot to receive it, else the demotion.
 pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     let bpe = input.blocks_per_extent;
     let eff = |c: &Candidate| effective(cfg, c, bpe);
@@ -198,16 +200,25 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         }
         let Some(c) = cold.peek() else { break };
         if eff(h) > eff(c) * (1.0 + cfg.promote_margin) + cfg.promote_margin_abs {
-            moves.push(Move {
-                extent: c.extent,
-                to: Tier::Hdd,
-                reason: Reason::Cold,
-            });
-            moves.push(Move {
+            let promote = Move {
                 extent: h.extent,
                 to: Tier::Ssd,
                 reason: Reason::Hot,
-            });
+            };
+            let demote = Move {
+                extent: c.extent,
+                to: Tier::Hdd,
+                reason: Reason::Cold,
+            };
+            if free > 0 {
+                // Promote into the reserve first, then refill it: the hot
+                // extent reaches the SSD one HDD transfer sooner.
+                moves.push(promote);
+                moves.push(demote);
+            } else {
+                moves.push(demote);
+                moves.push(promote);
+            }
             cold.next();
         } else {
             break;
@@ -316,21 +327,29 @@ mod tests {
             &cfg,
             &input(vec![c(1, Tier::Ssd, 6.0), c(2, Tier::Hdd, 10.5)], 1, 1),
         );
+        // A free (reserve) slot: promote into it first, then refill it.
         assert_eq!(
             p,
             vec![
-                Move {
-                    extent: 1,
-                    to: Tier::Hdd,
-                    reason: Reason::Cold
-                },
                 Move {
                     extent: 2,
                     to: Tier::Ssd,
                     reason: Reason::Hot
                 },
+                Move {
+                    extent: 1,
+                    to: Tier::Hdd,
+                    reason: Reason::Cold
+                },
             ]
         );
+        // No free slot at all: the demotion goes first.
+        let p = plan(
+            &cfg,
+            &input(vec![c(1, Tier::Ssd, 6.0), c(2, Tier::Hdd, 10.5)], 0, 0),
+        );
+        assert_eq!(p[0].extent, 1);
+        assert_eq!(p[0].to, Tier::Hdd);
     }
 
     #[test]
