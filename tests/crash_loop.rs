@@ -18,9 +18,9 @@
 //! seed (default fixed, printed on failure).
 
 mod common;
+mod durability_model;
 mod raw_client;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,9 +28,9 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 
 use common::{Daemon, DaemonOptions, MIB};
+use durability_model::{block_bytes, block_id, Model, BLOCK};
 use raw_client::{Nbd, RawError};
 
-const BLOCK: u64 = 4096;
 /// Extents of the work area: more than the SSD holds, so some spill to the
 /// HDD and the reserve keeps the migrator busy.
 const AREA_EXTENTS: u64 = 96;
@@ -38,87 +38,6 @@ const BLOCKS_PER_EXTENT: u64 = MIB / BLOCK;
 const AREA_BLOCKS: u64 = AREA_EXTENTS * BLOCKS_PER_EXTENT;
 /// A hot set that starts on the HDD (written last) and gets promoted.
 const HOT: std::ops::Range<u64> = 80..88;
-
-/// Contents of a block holding write `id` (0: zeros).
-fn block_bytes(id: u64, blk: u64, out: &mut [u8]) {
-    if id == 0 {
-        out.fill(0);
-        return;
-    }
-    let word = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ blk;
-    for (i, w) in out.chunks_exact_mut(8).enumerate() {
-        let v = if i == 0 {
-            id
-        } else {
-            word.wrapping_add(i as u64)
-        };
-        w.copy_from_slice(&v.to_le_bytes());
-    }
-}
-
-/// Which write a block's contents came from, if they are exactly one.
-fn block_id(blk: u64, got: &[u8]) -> Option<u64> {
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&got[..8]);
-    let id = u64::from_le_bytes(first);
-    let mut want = vec![0u8; BLOCK as usize];
-    block_bytes(id, blk, &mut want);
-    (want == got).then_some(id)
-}
-
-/// What may be in each block after a crash.
-#[derive(Default)]
-struct Model {
-    /// Last flushed value per block (absent: 0, never written).
-    durable: HashMap<u64, u64>,
-    /// Values written since the block's last flush, in order; the last one
-    /// is what a read must return while the daemon lives.
-    pending: HashMap<u64, Vec<u64>>,
-}
-
-impl Model {
-    fn current(&self, blk: u64) -> u64 {
-        self.pending
-            .get(&blk)
-            .and_then(|v| v.last().copied())
-            .unwrap_or_else(|| self.durable.get(&blk).copied().unwrap_or(0))
-    }
-
-    fn wrote(&mut self, blk: u64, id: u64) {
-        self.pending.entry(blk).or_default().push(id);
-    }
-
-    /// A FUA write of `id` was acknowledged: it is durable.
-    fn durable_now(&mut self, blk: u64, id: u64) {
-        // Only if no later write was started (the client is sequential,
-        // so the FUA write is the block's last one).
-        self.pending.remove(&blk);
-        self.durable.insert(blk, id);
-    }
-
-    /// A FLUSH was acknowledged: every acknowledged write is durable.
-    fn flushed(&mut self) {
-        for (blk, vals) in self.pending.drain() {
-            if let Some(v) = vals.last() {
-                self.durable.insert(blk, *v);
-            }
-        }
-    }
-
-    fn allowed(&self, blk: u64) -> Vec<u64> {
-        let mut a = vec![self.durable.get(&blk).copied().unwrap_or(0)];
-        if let Some(p) = self.pending.get(&blk) {
-            a.extend_from_slice(p);
-        }
-        a
-    }
-
-    /// After recovery the block holds `id`: that is now its only state.
-    fn settle(&mut self, blk: u64, id: u64) {
-        self.pending.remove(&blk);
-        self.durable.insert(blk, id);
-    }
-}
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {

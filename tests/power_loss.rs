@@ -7,83 +7,22 @@
 //! must hold its last flushed value or a value written after that flush;
 //! slot accounting must be whole.
 
+mod durability_model;
 mod support;
-
-use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
 use tierd::migrate::Reason;
 use tierd::volume::{MoveStep, Tier, Volume};
 
+use durability_model::{block_bytes, block_id, Model, BLOCK};
 use support::{assert_accounting, heat_up, Bed, EXTENT};
 
-const BLOCK: u64 = 4096;
 const SSD_SLOTS: u64 = 16;
 const HDD_SLOTS: u64 = 64;
 const RESERVE: u64 = 4;
 const EXTENTS: u64 = SSD_SLOTS + HDD_SLOTS - RESERVE;
 const BPE: u64 = EXTENT / BLOCK;
 const BLOCKS: u64 = EXTENTS * BPE;
-
-fn block_bytes(id: u64, blk: u64, out: &mut [u8]) {
-    if id == 0 {
-        out.fill(0);
-        return;
-    }
-    let word = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ blk;
-    for (i, w) in out.chunks_exact_mut(8).enumerate() {
-        let v = if i == 0 {
-            id
-        } else {
-            word.wrapping_add(i as u64)
-        };
-        w.copy_from_slice(&v.to_le_bytes());
-    }
-}
-
-fn block_id(blk: u64, got: &[u8]) -> Option<u64> {
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&got[..8]);
-    let id = u64::from_le_bytes(first);
-    let mut want = vec![0u8; BLOCK as usize];
-    block_bytes(id, blk, &mut want);
-    (want == got).then_some(id)
-}
-
-/// Per block: last flushed value, and values written since.
-#[derive(Default)]
-struct Model {
-    durable: HashMap<u64, u64>,
-    pending: HashMap<u64, Vec<u64>>,
-}
-
-impl Model {
-    fn current(&self, b: u64) -> u64 {
-        self.pending
-            .get(&b)
-            .and_then(|v| v.last().copied())
-            .unwrap_or_else(|| self.durable.get(&b).copied().unwrap_or(0))
-    }
-    fn wrote(&mut self, b: u64, id: u64) {
-        self.pending.entry(b).or_default().push(id);
-    }
-    fn durable_now(&mut self, b: u64, id: u64) {
-        self.pending.remove(&b);
-        self.durable.insert(b, id);
-    }
-    fn flushed(&mut self) {
-        for (b, v) in self.pending.drain() {
-            if let Some(last) = v.last() {
-                self.durable.insert(b, *last);
-            }
-        }
-    }
-    fn allowed(&self, b: u64) -> Vec<u64> {
-        let mut a = vec![self.durable.get(&b).copied().unwrap_or(0)];
-        a.extend(self.pending.get(&b).into_iter().flatten());
-        a
-    }
-}
 
 #[derive(Default, Debug)]
 struct Figures {
