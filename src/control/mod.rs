@@ -19,7 +19,7 @@ pub use server::{bind, handle, serve, ControlError};
 use serde::{Deserialize, Serialize};
 
 use crate::migrate::{MigrateConfig, Reason};
-use crate::volume::Tier;
+use crate::volume::{Placement, Tier};
 
 /// Longest request line the server reads.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -309,44 +309,13 @@ pub struct PlacementMap {
     pub runs: Vec<Run>,
 }
 
-/// The last move of an extent, in [`Explain`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LastMove {
-    /// When (Unix seconds).
-    pub at: u64,
-    /// From tier.
-    pub from: Tier,
-    /// To tier.
-    pub to: Tier,
-    /// Why.
-    pub reason: Reason,
-}
-
-/// Answer of [`Request::Explain`].
+/// Answer of [`Request::Explain`]: the engine's [`Placement`] (its fields
+/// flattened into the JSON object) and a sentence on why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Explain {
-    /// Logical extent.
-    pub extent: u64,
-    /// Its first byte.
-    pub offset: u64,
-    /// Extent size.
-    pub len: u64,
-    /// Tier, if mapped.
-    pub tier: Option<Tier>,
-    /// Slot on that tier.
-    pub slot: Option<u32>,
-    /// Blocks holding written data.
-    pub written_blocks: u32,
-    /// Blocks per extent.
-    pub blocks: u32,
-    /// Decayed heat score.
-    pub score: f32,
-    /// Distinct blocks touched recently.
-    pub coverage: u32,
-    /// Pin in force.
-    pub pin: Option<Tier>,
-    /// The last move since the daemon started.
-    pub last_move: Option<LastMove>,
+    /// Where the extent sits, its heat, pin and last move.
+    #[serde(flatten)]
+    pub placement: Placement,
     /// A sentence on why it sits where it does.
     pub why: String,
 }

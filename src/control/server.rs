@@ -12,8 +12,8 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use super::{
-    Ack, Explain, LastMove, Live, MigrateAction, PlacementMap, Request, Response, Run, TopEntry,
-    TopOrder, Where, MAX_LINE,
+    Ack, Explain, Live, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder,
+    Where, MAX_LINE,
 };
 use crate::migrate::policy::effective;
 use crate::volume::Tier;
@@ -171,25 +171,7 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                     p.score
                 ),
             };
-            Response::ok(Explain {
-                extent: p.extent,
-                offset: p.offset,
-                len: p.len,
-                tier: p.tier,
-                slot: p.slot,
-                written_blocks: p.written_blocks,
-                blocks: p.blocks,
-                score: p.score,
-                coverage: p.coverage,
-                pin: p.pin,
-                last_move: p.last_move.map(|m| LastMove {
-                    at: m.at,
-                    from: m.from,
-                    to: m.to,
-                    reason: m.reason,
-                }),
-                why,
-            })
+            Response::ok(Explain { placement: p, why })
         }
         Request::Top { order, n } => {
             let policy = live.migrator.config().policy;

@@ -45,7 +45,7 @@ pub struct Pin {
 }
 
 /// The last move of an extent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MoveRecord {
     /// When (clock's Unix seconds).
     pub at: u64,
@@ -88,7 +88,7 @@ pub enum MoveOutcome {
 }
 
 /// Where an extent sits and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Placement {
     /// Logical extent.
     pub extent: u64,

@@ -286,10 +286,11 @@ fn run() -> anyhow::Result<()> {
         }
         Command::Explain { offset } => {
             let offset = ByteSize::parse(offset)?.0;
-            let (e, resp): (Explain, _) = request(&cli, &Request::Explain { offset })?;
+            let (explain, resp): (Explain, _) = request(&cli, &Request::Explain { offset })?;
             if cli.json {
                 return print_json(&resp);
             }
+            let e = &explain.placement;
             let tier = e.tier.map(|t| t.to_string()).unwrap_or("unmapped".into());
             println!(
                 "extent {} (bytes {}..{}): {tier}",
@@ -319,7 +320,7 @@ fn run() -> anyhow::Result<()> {
                     m.at
                 );
             }
-            println!("  why: {}", e.why);
+            println!("  why: {}", explain.why);
             Ok(())
         }
         Command::Top { hot, cold, n } => {
