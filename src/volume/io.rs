@@ -93,36 +93,13 @@ impl Volume {
 
     /// [`Volume::read`] with the protocol layer's stream hint (for heat).
     pub fn read_hinted(&self, offset: u64, buf: &mut [u8], hint: IoHint) -> VolumeResult<()> {
-        self.check(offset, buf.len() as u64)?;
-        let _inflight = InFlight::new(&self.inflight);
-        self.heat.record(offset, buf.len() as u64, hint);
-        for p in self.pieces(offset, buf.len() as u64) {
-            let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
-            let guard = self.slot_lock(p.extent).read();
-            let Some(m) = guard.as_ref() else {
-                Stats::add(&self.stats.read_unmapped, 1);
-                dst.fill(0);
-                continue;
-            };
-            Stats::add(&self.stats.read_hits[m.loc.tier.index()], 1);
-            let base = self.geo.slot_offset(m.loc.slot);
-            if let Written::Full = m.written {
-                self.device_read(m.loc.tier, dst, base + p.start)?;
-                continue;
-            }
-            let (first, last) = block_span(p.start, p.len);
-            for (b, n, written) in m.written.runs(first, last) {
-                let lo = (u64::from(b) * BLOCK_SIZE).max(p.start);
-                let hi = (u64::from(b + n) * BLOCK_SIZE).min(p.start + p.len);
-                let part = &mut dst[(lo - p.start) as usize..(hi - p.start) as usize];
-                if written {
-                    self.device_read(m.loc.tier, part, base + lo)?;
-                } else {
-                    part.fill(0);
-                }
-            }
-        }
-        Ok(())
+        // With waiting allowed the shared path always answers.
+        self.read_into(offset, buf, hint, true).unwrap_or_else(|| {
+            Err(VolumeError::Io {
+                device: "volume".into(),
+                source: std::io::Error::other("a blocking read gave no answer"),
+            })
+        })
     }
 
     /// [`Volume::read_hinted`] without waiting: `None` when any part would
@@ -135,15 +112,30 @@ impl Volume {
         buf: &mut [u8],
         hint: IoHint,
     ) -> Option<VolumeResult<()>> {
+        self.read_into(offset, buf, hint, false)
+    }
+
+    /// The read path of both [`Volume::read_hinted`] (`wait`) and
+    /// [`Volume::read_nowait`]: unmapped space and unwritten blocks read as
+    /// zeros without touching a device. Without `wait`, `None` means some
+    /// part would have waited. Heat and counters are recorded only for a
+    /// read that completed.
+    fn read_into(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        hint: IoHint,
+        wait: bool,
+    ) -> Option<VolumeResult<()>> {
         if let Err(e) = self.check(offset, buf.len() as u64) {
             return Some(Err(e));
         }
         let _inflight = InFlight::new(&self.inflight);
-        // Counted only if the whole read succeeds without waiting.
         let (mut hits, mut ops, mut bytes, mut unmapped) = ([0u64; 2], [0u64; 2], [0u64; 2], 0u64);
         for p in self.pieces(offset, buf.len() as u64) {
             let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
-            let guard = self.slot_lock(p.extent).try_read()?;
+            let lock = self.slot_lock(p.extent);
+            let guard = if wait { lock.read() } else { lock.try_read()? };
             let Some(m) = guard.as_ref() else {
                 unmapped += 1;
                 dst.fill(0);
@@ -153,6 +145,26 @@ impl Volume {
             hits[t] += 1;
             let dev = self.devices.get(m.loc.tier);
             let base = self.geo.slot_offset(m.loc.slot);
+            let mut read = |part: &mut [u8], at: u64| -> Option<VolumeResult<()>> {
+                let r = if wait {
+                    dev.read_at(part, base + at)
+                } else {
+                    dev.read_at_nowait(part, base + at)?
+                };
+                if let Err(e) = r {
+                    Stats::add(&self.stats.dev_errors[t], 1);
+                    return Some(Err(io_err(dev.as_ref())(e)));
+                }
+                ops[t] += 1;
+                bytes[t] += part.len() as u64;
+                Some(Ok(()))
+            };
+            if let Written::Full = m.written {
+                if let Err(e) = read(dst, p.start)? {
+                    return Some(Err(e));
+                }
+                continue;
+            }
             let (first, last) = block_span(p.start, p.len);
             for (b, n, written) in m.written.runs(first, last) {
                 let lo = (u64::from(b) * BLOCK_SIZE).max(p.start);
@@ -160,14 +172,9 @@ impl Volume {
                 let part = &mut dst[(lo - p.start) as usize..(hi - p.start) as usize];
                 if !written {
                     part.fill(0);
-                    continue;
+                } else if let Err(e) = read(part, lo)? {
+                    return Some(Err(e));
                 }
-                if let Err(e) = dev.read_at_nowait(part, base + lo)? {
-                    Stats::add(&self.stats.dev_errors[t], 1);
-                    return Some(Err(io_err(dev.as_ref())(e)));
-                }
-                ops[t] += 1;
-                bytes[t] += hi - lo;
             }
         }
         self.heat.record(offset, buf.len() as u64, hint);
@@ -320,18 +327,6 @@ impl Volume {
         if let Some(g) = self.gens.get(extent as usize) {
             g.fetch_add(1, Ordering::AcqRel);
         }
-    }
-
-    fn device_read(&self, tier: Tier, buf: &mut [u8], offset: u64) -> VolumeResult<()> {
-        let dev = self.devices.get(tier);
-        let i = tier.index();
-        if let Err(e) = dev.read_at(buf, offset) {
-            Stats::add(&self.stats.dev_errors[i], 1);
-            return Err(io_err(dev.as_ref())(e));
-        }
-        Stats::add(&self.stats.dev_reads[i], 1);
-        Stats::add(&self.stats.dev_read_bytes[i], buf.len() as u64);
-        Ok(())
     }
 
     fn device_write(&self, loc: Loc, start: u64, data: &[u8]) -> VolumeResult<()> {
