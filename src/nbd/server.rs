@@ -1058,61 +1058,38 @@ impl Server {
         }
     }
 
-    /// Serve a READ right here when the export can do it without waiting
-    /// (data in the page cache): no thread hand-off at all. `None`: it
-    /// would wait, run it on a blocking thread instead.
+    /// Serve a READ, or a WRITE without FUA, right here when the export can
+    /// do it without waiting (data in the page cache): no thread hand-off at
+    /// all. `None`: it would wait; run it on a blocking thread instead.
     fn try_inline(
         &self,
         op: &Op,
         cookie: u64,
         structured: bool,
     ) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
-        if let Op::Write {
-            offset,
-            ref data,
-            fua: false,
-            hint,
-        } = *op
-        {
-            let started = std::time::Instant::now();
-            let export = &self.inner.export;
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                export.write_nowait(offset, data, hint)
-            }))
-            .ok()??;
-            let len = data.len() as u64;
-            crate::metrics::record_nbd_request("write", len, started.elapsed(), result.is_ok());
-            return Some(match result {
-                Ok(()) => success_reply(cookie, structured, OpOutput::Done),
-                Err(e) => (
-                    error_reply(cookie, structured, e.errno(), &e.to_string()),
-                    None,
-                ),
-            });
-        }
-        let Op::Read { offset, len, hint } = *op else {
-            return None;
-        };
+        let (command, bytes) = op_label(op);
         let started = std::time::Instant::now();
-        let mut data = vec![0u8; len as usize];
         let export = &self.inner.export;
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            export.read_nowait(offset, &mut data, hint)
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match *op {
+            Op::Write {
+                offset,
+                ref data,
+                fua: false,
+                hint,
+            } => export
+                .write_nowait(offset, data, hint)
+                .map(|r| r.map(|()| OpOutput::Done)),
+            Op::Read { offset, len, hint } => {
+                let mut data = vec![0u8; len as usize];
+                export
+                    .read_nowait(offset, &mut data, hint)
+                    .map(|r| r.map(|()| OpOutput::Data { offset, data }))
+            }
+            _ => None,
         }))
+        // A panic here: let the blocking path run (and answer) it.
         .ok()??;
-        crate::metrics::record_nbd_request(
-            "read",
-            u64::from(len),
-            started.elapsed(),
-            result.is_ok(),
-        );
-        Some(match result {
-            Ok(()) => success_reply(cookie, structured, OpOutput::Data { offset, data }),
-            Err(e) => (
-                error_reply(cookie, structured, e.errno(), &e.to_string()),
-                None,
-            ),
-        })
+        Some(finish(cookie, structured, command, bytes, started, result))
     }
 
     fn spawn_op(
@@ -1124,16 +1101,7 @@ impl Server {
         tx: mpsc::UnboundedSender<Outgoing>,
     ) {
         let export = Arc::clone(&self.inner.export);
-        // Per-command request metrics (count, payload bytes, latency).
-        let (command, bytes) = match &op {
-            Op::Read { len, .. } => ("read", u64::from(*len)),
-            Op::Write { data, .. } => ("write", data.len() as u64),
-            Op::Flush => ("flush", 0),
-            Op::Trim { .. } => ("trim", 0),
-            Op::Cache { .. } => ("cache", 0),
-            Op::WriteZeroes { .. } => ("write_zeroes", 0),
-            Op::BlockStatus { .. } => ("block_status", 0),
-        };
+        let (command, bytes) = op_label(&op);
         let started = std::time::Instant::now();
         let span = tracing::Span::current();
         // One hand-off only: the blocking thread runs the op, encodes the
@@ -1142,19 +1110,11 @@ impl Server {
             let _enter = span.enter();
             let result =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_op(&*export, op)));
-            let ok = matches!(result, Ok(Ok(_)));
-            crate::metrics::record_nbd_request(command, bytes, started.elapsed(), ok);
             let (head, data) = match result {
-                Ok(Ok(out)) => success_reply(cookie, structured, out),
-                Ok(Err(e)) => {
-                    debug!(cookie, errno = e.errno(), "request failed: {e}");
-                    (
-                        error_reply(cookie, structured, e.errno(), &e.to_string()),
-                        None,
-                    )
-                }
+                Ok(r) => finish(cookie, structured, command, bytes, started, r),
                 Err(_) => {
                     warn!(cookie, "request panicked in the export");
+                    crate::metrics::record_nbd_request(command, bytes, started.elapsed(), false);
                     let msg = "internal server error";
                     (error_reply(cookie, structured, proto::EIO, msg), None)
                 }
@@ -1165,6 +1125,41 @@ impl Server {
                 _permits: Some(permits),
             });
         });
+    }
+}
+
+/// The metrics label and payload bytes of an op.
+fn op_label(op: &Op) -> (&'static str, u64) {
+    match op {
+        Op::Read { len, .. } => ("read", u64::from(*len)),
+        Op::Write { data, .. } => ("write", data.len() as u64),
+        Op::Flush => ("flush", 0),
+        Op::Trim { .. } => ("trim", 0),
+        Op::Cache { .. } => ("cache", 0),
+        Op::WriteZeroes { .. } => ("write_zeroes", 0),
+        Op::BlockStatus { .. } => ("block_status", 0),
+    }
+}
+
+/// Record a finished op in the metrics and encode its reply.
+fn finish(
+    cookie: u64,
+    structured: bool,
+    command: &'static str,
+    bytes: u64,
+    started: std::time::Instant,
+    result: Result<OpOutput, ExportError>,
+) -> (Vec<u8>, Option<Vec<u8>>) {
+    crate::metrics::record_nbd_request(command, bytes, started.elapsed(), result.is_ok());
+    match result {
+        Ok(out) => success_reply(cookie, structured, out),
+        Err(e) => {
+            debug!(cookie, errno = e.errno(), "request failed: {e}");
+            (
+                error_reply(cookie, structured, e.errno(), &e.to_string()),
+                None,
+            )
+        }
     }
 }
 
