@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// Print the JSON record on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Configuration file whose `[heat]` and `[migrate]` tables (and their
+    /// TIERD_* variables) the hybrid uses; default: the built-in policy.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 fn model(name: &str, want_ssd: bool) -> anyhow::Result<ModelKind> {
@@ -112,6 +116,14 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     o.extent_size = ByteSize::parse(&a.extent_size).context("--extent-size")?.0;
     o.seed = a.seed;
+    let file = a
+        .config
+        .clone()
+        .or_else(|| std::env::var_os("TIERD_CONFIG").map(PathBuf::from));
+    let cfg = tierd::config::Config::load(file.as_deref(), std::env::vars(), &[])
+        .context("loading the configuration")?;
+    o.heat = cfg.heat;
+    o.migrate = cfg.migrate;
     if !(a.time_scale > 0.0 && a.time_scale.is_finite()) {
         bail!("--time-scale must be a positive number");
     }

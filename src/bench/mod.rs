@@ -101,6 +101,10 @@ pub struct BenchOptions {
     pub scratch: PathBuf,
     /// Test region for the drive suites, bytes.
     pub region: u64,
+    /// Heat knobs of the hybrid (a config file's `[heat]`).
+    pub heat: HeatConfig,
+    /// Migration and policy knobs of the hybrid (a config file's `[migrate]`).
+    pub migrate: MigrateConfig,
 }
 
 impl BenchOptions {
@@ -120,6 +124,8 @@ impl BenchOptions {
             devices: None,
             scratch: PathBuf::from("tierd-bench"),
             region: if quick { 2 << 30 } else { 32 << 30 },
+            heat: HeatConfig::default(),
+            migrate: MigrateConfig::default(),
         }
     }
 }
@@ -284,7 +290,7 @@ impl Bench {
             hdd: wrap(hdd_raw.clone(), opts.hdd_model),
         };
         let vopts = VolumeOptions {
-            heat: HeatConfig::default(),
+            heat: opts.heat,
             clock: clock.clone(),
         };
         let vol = Arc::new(
@@ -295,7 +301,7 @@ impl Bench {
         // In the middle of what every target holds.
         b.region_start =
             (b.capacity.min(hdd_size) - b.region) / 2 / opts.extent_size * opts.extent_size;
-        let mig = Arc::new(Migrator::new(vol.clone(), MigrateConfig::default()));
+        let mig = Arc::new(Migrator::new(vol.clone(), opts.migrate));
         // The pure targets: an SSD as large as the volume, the HDD alone.
         let pure_ssd = wrap(Arc::new(NullDevice::new(b.capacity)), opts.ssd_model);
         let pure_hdd = wrap(Arc::new(NullDevice::new(hdd_size)), opts.hdd_model);

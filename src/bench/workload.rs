@@ -101,17 +101,39 @@ impl Zipf {
     }
 }
 
-/// Scramble a rank over `n` chunks (a fixed permutation-like mix).
-fn scramble(rank: u64, n: u64) -> u64 {
-    let mut x = rank.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (x ^ (x >> 31)) % n
+/// Where each Zipf rank lives: a bijection of `0..n` (an affine map
+/// `rank * a + c mod n` with `a` coprime to `n`, near the golden ratio of
+/// `n`), so every chunk of the region holds exactly one rank and
+/// neighbouring ranks land far apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scramble {
+    n: u64,
+    a: u64,
+    c: u64,
 }
 
-/// [`scramble`] for the suites: which chunk holds a rank.
-pub fn scramble_pub(rank: u64, n: u64) -> u64 {
-    scramble(rank, n)
+impl Scramble {
+    /// The permutation of `0..n`.
+    pub fn new(n: u64) -> Self {
+        let n = n.max(1);
+        let gcd = |mut x: u64, mut y: u64| {
+            while y != 0 {
+                (x, y) = (y, x % y);
+            }
+            x
+        };
+        let mut a = ((n as f64 * 0.618_033_988_75) as u64).max(1);
+        while gcd(a, n) != 1 {
+            a += 1;
+        }
+        Scramble { n, a, c: n / 3 }
+    }
+
+    /// The chunk holding `rank`.
+    pub fn chunk(&self, rank: u64) -> u64 {
+        ((u128::from(rank % self.n) * u128::from(self.a) + u128::from(self.c)) % u128::from(self.n))
+            as u64
+    }
 }
 
 /// One request.
@@ -131,7 +153,7 @@ pub struct Req {
 pub struct Generator {
     spec: Spec,
     rng: StdRng,
-    zipf: Option<Zipf>,
+    zipf: Option<(Zipf, Scramble)>,
     next: u64,
     run: u64,
     weight_total: u32,
@@ -142,7 +164,10 @@ impl Generator {
     /// spread over the region.
     pub fn new(spec: Spec, seed: u64, worker: usize, workers: usize) -> Self {
         let zipf = match spec.skew {
-            Skew::Zipf { theta, chunk, .. } => Some(Zipf::new((spec.len / chunk).max(1), theta)),
+            Skew::Zipf { theta, chunk, .. } => {
+                let n = (spec.len / chunk).max(1);
+                Some((Zipf::new(n, theta), Scramble::new(n)))
+            }
             Skew::Uniform => None,
         };
         let align = spec.align.max(1);
@@ -190,9 +215,9 @@ impl Generator {
             self.next
         } else {
             match (&self.spec.skew, &self.zipf) {
-                (Skew::Zipf { chunk, shift, .. }, Some(z)) => {
+                (Skew::Zipf { chunk, shift, .. }, Some((z, perm))) => {
                     let n = (self.spec.len / chunk).max(1);
-                    let c = (scramble(z.sample(&mut self.rng), n) + shift) % n;
+                    let c = (perm.chunk(z.sample(&mut self.rng)) + shift) % n;
                     let within = self.rng.gen_range(0..(chunk / align).max(1)) * align;
                     (self.spec.start + c * chunk + within).min(end - len) / align * align
                 }
@@ -220,6 +245,22 @@ impl Generator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scramble_is_a_permutation() {
+        for n in [1u64, 2, 3, 10, 1000, 1024, 4096, 32768] {
+            let p = Scramble::new(n);
+            let mut seen = vec![false; n as usize];
+            for r in 0..n {
+                let c = p.chunk(r);
+                assert!(c < n && !seen[c as usize], "n {n}: rank {r} -> {c} twice");
+                seen[c as usize] = true;
+            }
+        }
+        // Neighbouring ranks land apart, not side by side.
+        let p = Scramble::new(1024);
+        assert!(p.chunk(0).abs_diff(p.chunk(1)) > 100);
+    }
 
     #[test]
     fn zipf_is_skewed_and_in_range() {
