@@ -26,7 +26,7 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 
 use crate::clock::{Clock, SystemClock};
-use crate::device::model::{HddParams, ModelKind};
+use crate::device::model::{HddModel, HddParams, ModelKind};
 use crate::device::{BlockDevice, FileDevice, NullDevice, TimeMode, TimedDevice};
 use crate::heat::HeatConfig;
 use crate::migrate::worker::MigratorHandle;
@@ -170,7 +170,8 @@ pub struct Bench {
     ssd_size: u64,
     hdd_size: u64,
     extent_size: u64,
-    hdd_outer_rate: f64,
+    /// The HDD's model (transfer rate by position), unless real devices.
+    hdd_model: Option<HddModel>,
     progress: Option<ProgressBar>,
 }
 
@@ -259,9 +260,12 @@ impl Bench {
             ssd_size,
             hdd_size,
             extent_size: opts.extent_size,
-            hdd_outer_rate: match opts.hdd_model {
-                Some(ModelKind::Hdd7200) => HddParams::HDD_7200.rate_outer,
-                _ => HddParams::HDD_5400.rate_outer,
+            hdd_model: match (&opts.devices, opts.hdd_model) {
+                (None, Some(ModelKind::Hdd7200)) => {
+                    Some(HddModel::new(HddParams::HDD_7200, hdd_size))
+                }
+                (None, Some(_)) => Some(HddModel::new(HddParams::HDD_5400, hdd_size)),
+                _ => None,
             },
             progress,
             opts: opts.clone(),

@@ -478,6 +478,14 @@ impl Bench {
         }
     }
 
+    /// Now on the benchmark's clock (modelled or real).
+    fn clock_now(&self) -> Duration {
+        match &self.mode {
+            super::Mode::Virtual(sched) => sched.now(),
+            super::Mode::Real => crate::device::real_now(),
+        }
+    }
+
     /// Warm the hybrid with `spec` for `secs` of modelled time.
     fn warm(&mut self, spec: &Spec, secs: f64, shift: u64) -> Measurement {
         let mut s = spec.clone();
@@ -578,13 +586,22 @@ impl Bench {
                 / set.len() as f64
         };
         let already = share(&region);
+        let seq_secs: std::collections::HashMap<&str, Option<f64>> = [
+            ("", self.hdd_seq_secs(&vol, &region)),
+            ("top-tenth-", self.hdd_seq_secs(&vol, &top)),
+        ]
+        .into_iter()
+        .collect();
         let mut series = Vec::new();
         let step = 1.0;
         let (mut t_region, mut t_top) = (None, None);
         let mut t = 0.0;
+        // Time as the clock measures it: a step lasts until the migrator's
+        // round in it ends, which may be later than `step`.
+        let t0 = self.clock_now();
         while t < 600.0 && t_region.is_none() {
             let m = self.warm(&spec, step, shift);
-            t += step;
+            t = self.clock_now().saturating_sub(t0).as_secs_f64();
             let (r, h) = (share(&region), share(&top));
             series.push((t, m.iops(), r, h));
             if h >= 0.9 && t_top.is_none() {
@@ -614,38 +631,66 @@ impl Bench {
         self.charts.push(chart);
         for (name, set, conv) in [("", &region, t_region), ("top-tenth-", &top, t_top)] {
             let bytes = set.len() as u64 * es;
-            let seq = bytes as f64 / self.hdd_outer_rate;
-            match conv {
-                Some(t) => {
-                    self.finding(
-                        "shift",
-                        &format!("{name}time-to-90pct"),
-                        t,
-                        "s",
-                        format!(
-                            "{} extents ({} MiB, {:.0} % on the SSD at the shift); the HDD reads them sequentially in {seq:.1} s",
-                            set.len(),
-                            bytes / MIB,
-                            if name.is_empty() { already * 100.0 } else { 0.0 },
-                        ),
-                    );
-                    self.finding(
-                        "shift",
-                        &format!("{name}time/hdd-sequential-read"),
-                        t / seq.max(1e-9),
-                        "ratio",
-                        "target <= 2".into(),
-                    );
-                }
-                None => self.finding(
+            let seq = seq_secs.get(name).copied().flatten();
+            let Some(t) = conv else {
+                self.finding(
                     "shift",
                     &format!("{name}time-to-90pct"),
                     f64::INFINITY,
                     "s",
                     format!("did not reach 90 % within {t:.0} s"),
+                );
+                continue;
+            };
+            let seq_note = match seq {
+                Some(q) => format!("the HDD reads them sequentially, where they lie, in {q:.1} s"),
+                None => "no HDD model: the sequential read time is not known".into(),
+            };
+            self.finding(
+                "shift",
+                &format!("{name}time-to-90pct"),
+                t,
+                "s",
+                format!(
+                    "{} extents ({} MiB, {:.0} % on the SSD at the shift); {seq_note}",
+                    set.len(),
+                    bytes / MIB,
+                    if name.is_empty() {
+                        already * 100.0
+                    } else {
+                        0.0
+                    },
                 ),
+            );
+            if let Some(q) = seq {
+                self.finding(
+                    "shift",
+                    &format!("{name}time/hdd-sequential-read"),
+                    t / q.max(1e-9),
+                    "ratio",
+                    "target <= 2".into(),
+                );
             }
         }
+    }
+
+    /// Seconds the HDD model needs to read `extents` sequentially where they
+    /// lie now (the transfer rate falls from the outer to the inner tracks).
+    fn hdd_seq_secs(&self, vol: &crate::volume::Volume, extents: &[u64]) -> Option<f64> {
+        let model = self.hdd_model.as_ref()?;
+        let geo = vol.geometry();
+        Some(
+            extents
+                .iter()
+                .map(|e| {
+                    let off = match vol.mapping(*e) {
+                        Some(m) if m.loc.tier == Tier::Hdd => geo.slot_offset(m.loc.slot),
+                        _ => 0,
+                    };
+                    self.extent_size as f64 / model.rate_at(off)
+                })
+                .sum(),
+        )
     }
 
     /// Degradation and recovery: fill the region in five steps, measuring
@@ -827,7 +872,6 @@ impl Bench {
         self.charts.push(chart);
     }
 }
-
 
 fn push(chart: &mut Chart, target: &str, x: f64, y: f64) {
     if let Some(s) = chart.series.iter_mut().find(|s| s.0 == target) {

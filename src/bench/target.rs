@@ -245,11 +245,16 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                         // interval: short runs back to back still migrate.
                         loop {
                             set_virtual_now(p.now());
-                            mig.run_round(&|d| {
-                                let t = virtual_now().max(p.now() + d);
-                                p.sleep_until(t);
-                                set_virtual_now(p.now());
-                            });
+                            // The round ends with the run (between moves),
+                            // so the run's length is the time measured.
+                            mig.run_round_until(
+                                &|d| {
+                                    let t = virtual_now().max(p.now() + d);
+                                    p.sleep_until(t);
+                                    set_virtual_now(p.now());
+                                },
+                                &|| finished.load(Ordering::Acquire) >= run.qd,
+                            );
                             p.sleep_until(virtual_now());
                             if finished.load(Ordering::Acquire) >= run.qd {
                                 break;

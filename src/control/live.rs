@@ -10,17 +10,11 @@ use parking_lot::Mutex;
 
 use super::{MigrationStatus, ReasonCount, ReserveStatus, Status, TierStatus};
 use crate::migrate::worker::MigratorHandle;
-use crate::migrate::{Migrator, Reason};
+use crate::migrate::Migrator;
 use crate::volume::{Stats, Tier, Volume};
 
 /// Every migration reason, in the order status reports them.
-pub const REASONS: [Reason; 5] = [
-    Reason::Hot,
-    Reason::Cold,
-    Reason::Reserve,
-    Reason::Pin,
-    Reason::Manual,
-];
+pub use crate::volume::REASONS;
 
 /// How many one-second samples the migration rate is computed over.
 const RATE_SAMPLES: usize = 11;

@@ -13,8 +13,29 @@
 //!    (`eff > cold * (1 + promote-margin) + promote-margin-abs`), so nothing
 //!    ping-pongs.
 //!
+//! 4. **Neighbourhood prefetch**: a *zone* (`zone-extents` neighbouring
+//!    extents) in which at least `zone-min-active` extents were touched
+//!    recently is in use as a whole; its HDD extents that have not earned a
+//!    promotion themselves yet move up too, but only into free space above
+//!    the reserve or in place of SSD extents of *idle* zones (zones nothing
+//!    touched recently). Data next to what is in use replaces data next to
+//!    nothing in use, never warm data, so prefetch cannot churn.
+//!
 //! Effective heat is `score * min(1, coverage / dense-blocks)`: an extent
 //! touched in one stray block counts for a fraction of one touched densely.
+//!
+//! **Borrowing**: promotions may use reserve slots (up to `promote-borrow`
+//! of the reserve, never the part the recent foreground write rate needs
+//! over `reserve-horizon`), so a new hot set comes up before the demotions
+//! that refill the reserve are paid; the reserve is refilled with whatever
+//! budget each round's promotions leave, and at once below the floor.
+//!
+//! Order of a round: pins, urgent reserve demotions (below the floor), hot
+//! promotions then prefetches, each in source-slot order (an elevator pass
+//! over the HDD), a swap's demotions in groups once the free slots reach
+//! the floor, then demotions refilling the reserve.
+
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +47,8 @@ use crate::volume::Tier;
 pub enum Reason {
     /// Hot on the HDD.
     Hot,
+    /// Prefetched: next to extents in use (its zone is busy).
+    Near,
     /// Cold on the SSD, swapped out for a hotter extent.
     Cold,
     /// Demoted to restore the SSD reserve.
@@ -41,6 +64,7 @@ impl Reason {
     pub fn name(self) -> &'static str {
         match self {
             Reason::Hot => "hot",
+            Reason::Near => "near",
             Reason::Cold => "cold",
             Reason::Reserve => "reserve",
             Reason::Pin => "pin",
@@ -73,6 +97,8 @@ pub struct Candidate {
     pub coverage: u32,
     /// Pin, if any.
     pub pin: Option<Tier>,
+    /// Its slot on its tier (orders the copies for the HDD's sake).
+    pub slot: u32,
 }
 
 /// Policy knobs.
@@ -89,6 +115,14 @@ pub struct PolicyConfig {
     pub dense_blocks: u32,
     /// Moves planned per round at most.
     pub max_moves: usize,
+    /// Neighbouring extents that form a zone for prefetch (0: no prefetch).
+    pub zone_extents: u32,
+    /// Extents of a zone touched recently for the zone to count as in use.
+    pub zone_min_active: u32,
+    /// Share of the reserve promotions may take while they are pending (what
+    /// recent writes need stays protected, see `reserve-horizon`); the
+    /// reserve is refilled with what each round's moves leave over.
+    pub promote_borrow: f32,
 }
 
 impl Default for PolicyConfig {
@@ -99,6 +133,9 @@ impl Default for PolicyConfig {
             promote_margin_abs: 1.0,
             dense_blocks: 8,
             max_moves: 256,
+            zone_extents: 64,
+            zone_min_active: 4,
+            promote_borrow: 1.0,
         }
     }
 }
@@ -114,6 +151,12 @@ pub struct PlanInput {
     pub reserve: u64,
     /// Blocks per extent.
     pub blocks_per_extent: u32,
+    /// Moves the worker carries out together: a swap's demotions are
+    /// emitted in groups of this many, so each direction goes as a batch.
+    pub group: usize,
+    /// Reserve slots never lent to promotions: what the recent foreground
+    /// write rate would consume over the reserve horizon.
+    pub protect: u64,
 }
 
 /// Effective heat: score weighted by how densely the extent is used.
@@ -122,29 +165,29 @@ pub fn effective(cfg: &PolicyConfig, c: &Candidate, blocks_per_extent: u32) -> f
     c.score * (c.coverage as f32 / dense as f32).min(1.0)
 }
 
-/// Plan the moves of one round. In a swap the promotion goes first while
-/// the SSD has a free (reserve) slot to receive it, else the demotion.
+/// Plan the moves of one round (see the module docs for the rules and the
+/// order).
 pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     let bpe = input.blocks_per_extent;
     let eff = |c: &Candidate| effective(cfg, c, bpe);
-    let mut moves = Vec::new();
+    let mut head = Vec::new();
     let mut free = input.ssd_free as i64;
     let reserve = input.reserve as i64;
-    let full = |moves: &Vec<Move>| moves.len() >= cfg.max_moves;
+    let budget = cfg.max_moves;
 
     // 1. Pins.
     for c in &input.candidates {
         match (c.pin, c.tier) {
-            (Some(Tier::Hdd), Tier::Ssd) if !full(&moves) => {
-                moves.push(Move {
+            (Some(Tier::Hdd), Tier::Ssd) if head.len() < budget => {
+                head.push(Move {
                     extent: c.extent,
                     to: Tier::Hdd,
                     reason: Reason::Pin,
                 });
                 free += 1;
             }
-            (Some(Tier::Ssd), Tier::Hdd) if !full(&moves) && free > 0 => {
-                moves.push(Move {
+            (Some(Tier::Ssd), Tier::Hdd) if head.len() < budget && free > 0 => {
+                head.push(Move {
                     extent: c.extent,
                     to: Tier::Ssd,
                     reason: Reason::Pin,
@@ -162,12 +205,27 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         .filter(|c| c.tier == Tier::Ssd && c.pin.is_none())
         .collect();
     cold.sort_by(|a, b| eff(a).total_cmp(&eff(b)).then(a.extent.cmp(&b.extent)));
-    let mut cold = cold.into_iter().peekable();
+    let mut gone: HashSet<u64> = HashSet::new();
+    let next_cold = |gone: &mut HashSet<u64>, ok: &dyn Fn(&Candidate) -> bool| {
+        let c = cold
+            .iter()
+            .find(|c| !gone.contains(&c.extent) && ok(c))
+            .copied();
+        if let Some(c) = c {
+            gone.insert(c.extent);
+        }
+        c
+    };
 
-    // 2. Reserve.
-    while free < reserve && !full(&moves) {
-        let Some(c) = cold.next() else { break };
-        moves.push(Move {
+    // 2. Reserve: at once down to the share promotions may borrow.
+    let lend = reserve - (input.protect as i64).min(reserve);
+    let borrow = ((reserve as f32 * cfg.promote_borrow.clamp(0.0, 1.0)).floor() as i64).min(lend);
+    let floor = reserve - borrow;
+    while free < floor && head.len() < budget {
+        let Some(c) = next_cold(&mut gone, &|_| true) else {
+            break;
+        };
+        head.push(Move {
             extent: c.extent,
             to: Tier::Hdd,
             reason: Reason::Reserve,
@@ -175,54 +233,158 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         free += 1;
     }
 
-    // 3. Promotions, hottest first.
+    // 3. Promotions, hottest first: into free space above the reserve (less
+    // what may be borrowed), else as swaps past the hysteresis margin.
+    let mut promote: Vec<(&Candidate, Reason)> = Vec::new();
+    let mut demote: Vec<&Candidate> = Vec::new();
+    let room = |p: &Vec<(&Candidate, Reason)>, d: &Vec<&Candidate>| {
+        budget.saturating_sub(head.len() + p.len() + d.len())
+    };
     let mut hot: Vec<&Candidate> = input
         .candidates
         .iter()
         .filter(|c| c.tier == Tier::Hdd && c.pin.is_none() && eff(c) >= cfg.promote_min_score)
         .collect();
     hot.sort_by(|a, b| eff(b).total_cmp(&eff(a)).then(a.extent.cmp(&b.extent)));
+    // Free space above the reserve takes promotions as they are; a slot
+    // lent from the reserve only with a victim whose demotion (deferred to
+    // the refill) it beats, like a swap.
+    let mut above = (free - reserve).max(0);
+    let mut lend = (free - floor).max(0) - above;
+    let mut later: Vec<&Candidate> = Vec::new();
     for h in hot {
-        if full(&moves) {
-            break;
-        }
-        if free > reserve {
-            moves.push(Move {
-                extent: h.extent,
-                to: Tier::Ssd,
-                reason: Reason::Hot,
-            });
-            free -= 1;
+        if above > 0 && room(&promote, &demote) >= 1 {
+            promote.push((h, Reason::Hot));
+            above -= 1;
             continue;
         }
-        if moves.len() + 2 > cfg.max_moves {
+        // A lent slot's victim leaves in the refill, maybe a later round.
+        if room(&promote, &demote) < if lend > 0 { 1 } else { 2 } {
             break;
         }
-        let Some(c) = cold.peek() else { break };
-        if eff(h) > eff(c) * (1.0 + cfg.promote_margin) + cfg.promote_margin_abs {
-            let promote = Move {
-                extent: h.extent,
-                to: Tier::Ssd,
-                reason: Reason::Hot,
-            };
-            let demote = Move {
-                extent: c.extent,
-                to: Tier::Hdd,
-                reason: Reason::Cold,
-            };
-            if free > 0 {
-                // Promote into the reserve first, then refill it: the hot
-                // extent reaches the SSD one HDD transfer sooner.
-                moves.push(promote);
-                moves.push(demote);
-            } else {
-                moves.push(demote);
-                moves.push(promote);
-            }
-            cold.next();
+        // The coldest is the one to beat: if it is not beaten, none is.
+        let Some(c) = next_cold(&mut gone, &|_| true) else {
+            break;
+        };
+        if eff(h) <= eff(c) * (1.0 + cfg.promote_margin) + cfg.promote_margin_abs {
+            gone.remove(&c.extent);
+            break;
+        }
+        promote.push((h, Reason::Hot));
+        if lend > 0 {
+            lend -= 1;
+            later.push(c);
         } else {
+            demote.push(c);
+        }
+    }
+
+    // 4. Neighbourhood prefetch.
+    if cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
+        let z = u64::from(cfg.zone_extents);
+        let mut active: HashMap<u64, u32> = HashMap::new();
+        for c in &input.candidates {
+            if c.coverage > 0 {
+                *active.entry(c.extent / z).or_default() += 1;
+            }
+        }
+        let in_use = |c: &Candidate| active.get(&(c.extent / z)).copied().unwrap_or(0);
+        let chosen: HashSet<u64> = promote.iter().map(|(c, _)| c.extent).collect();
+        let mut near: Vec<&Candidate> = input
+            .candidates
+            .iter()
+            .filter(|c| {
+                c.tier == Tier::Hdd
+                    && c.pin.is_none()
+                    && in_use(c) >= cfg.zone_min_active.max(1)
+                    && !chosen.contains(&c.extent)
+            })
+            .collect();
+        // Extents touched themselves first (not enough for a promotion of
+        // their own yet, but the likeliest to be read again), then the
+        // busiest zones, in order within a zone.
+        near.sort_by(|a, b| {
+            (b.score > 0.0)
+                .cmp(&(a.score > 0.0))
+                .then(in_use(b).cmp(&in_use(a)))
+                .then(a.extent.cmp(&b.extent))
+        });
+        for n in near {
+            if above > 0 && room(&promote, &demote) >= 1 {
+                promote.push((n, Reason::Near));
+                above -= 1;
+                continue;
+            }
+            if room(&promote, &demote) < if lend > 0 { 1 } else { 2 } {
+                break;
+            }
+            // Only extents of idle zones make way.
+            let Some(c) = next_cold(&mut gone, &|c| in_use(c) == 0) else {
+                break;
+            };
+            promote.push((n, Reason::Near));
+            if lend > 0 {
+                lend -= 1;
+                later.push(c);
+            } else {
+                demote.push(c);
+            }
+        }
+    }
+
+    // Order: hot promotions, then prefetches, each by source slot (an
+    // elevator pass over the HDD); a swap's demotions only when the free
+    // slots reach the floor.
+    promote.sort_by_key(|(c, r)| (*r != Reason::Hot, c.score <= 0.0, c.slot, c.extent));
+    let mut moves = head;
+    let mut demote = demote.into_iter();
+    for (p, reason) in promote {
+        if free <= floor.max(0) {
+            for d in demote.by_ref().take(input.group.max(1)) {
+                moves.push(Move {
+                    extent: d.extent,
+                    to: Tier::Hdd,
+                    reason: Reason::Cold,
+                });
+                free += 1;
+            }
+        }
+        if free <= 0 {
             break;
         }
+        moves.push(Move {
+            extent: p.extent,
+            to: Tier::Ssd,
+            reason,
+        });
+        free -= 1;
+    }
+    for d in demote {
+        moves.push(Move {
+            extent: d.extent,
+            to: Tier::Hdd,
+            reason: Reason::Cold,
+        });
+        free += 1;
+    }
+
+    // 5. Refill the reserve with what the round has left: first the victims
+    // of promotions into lent slots, then the coldest.
+    let mut later = later.into_iter();
+    while free < reserve && moves.len() < budget {
+        let (c, reason) = match later.next() {
+            Some(c) => (c, Reason::Cold),
+            None => match next_cold(&mut gone, &|_| true) {
+                Some(c) => (c, Reason::Reserve),
+                None => break,
+            },
+        };
+        moves.push(Move {
+            extent: c.extent,
+            to: Tier::Hdd,
+            reason,
+        });
+        free += 1;
     }
     moves
 }
@@ -238,6 +400,7 @@ mod tests {
             score,
             coverage: 256,
             pin: None,
+            slot: extent as u32,
         }
     }
 
@@ -247,6 +410,8 @@ mod tests {
             ssd_free,
             reserve,
             blocks_per_extent: 256,
+            group: 1,
+            protect: 0,
         }
     }
 
@@ -265,16 +430,17 @@ mod tests {
                 1,
             ),
         );
+        // The two hottest, copied in source-slot order.
         assert_eq!(
             p,
             vec![
                 Move {
-                    extent: 3,
+                    extent: 1,
                     to: Tier::Ssd,
                     reason: Reason::Hot
                 },
                 Move {
-                    extent: 1,
+                    extent: 3,
                     to: Tier::Ssd,
                     reason: Reason::Hot
                 },
@@ -390,5 +556,118 @@ mod tests {
                 },
             ]
         );
+    }
+
+    fn touched(extent: u64, tier: Tier, score: f32, coverage: u32) -> Candidate {
+        Candidate {
+            coverage,
+            ..c(extent, tier, score)
+        }
+    }
+
+    #[test]
+    fn a_busy_zone_brings_its_neighbours_in_place_of_idle_data() {
+        let cfg = PolicyConfig::default();
+        // Zone 1 (extents 64..128): four extents touched lightly (below the
+        // promotion score), two untouched. Zone 3: SSD data nobody touches.
+        // Zone 4: an SSD extent touched once (its zone is in use).
+        let mut v = vec![
+            touched(64, Tier::Hdd, 1.0, 1),
+            touched(70, Tier::Hdd, 1.0, 1),
+            touched(80, Tier::Hdd, 1.0, 1),
+            touched(90, Tier::Hdd, 1.0, 1),
+            touched(100, Tier::Hdd, 0.0, 0),
+            touched(101, Tier::Hdd, 0.0, 0),
+            touched(200, Tier::Ssd, 0.0, 0),
+            touched(201, Tier::Ssd, 0.0, 0),
+            touched(256, Tier::Ssd, 0.1, 1),
+            // A zone with three touched extents only: not busy.
+            touched(320, Tier::Hdd, 1.0, 1),
+            touched(321, Tier::Hdd, 1.0, 1),
+            touched(322, Tier::Hdd, 1.0, 1),
+            touched(323, Tier::Hdd, 0.0, 0),
+        ];
+        for (k, x) in v.iter_mut().enumerate() {
+            x.slot = k as u32;
+        }
+        // No free slot, no reserve: two swaps, the idle zone's extents out.
+        let p = plan(&cfg, &input(v.clone(), 0, 0));
+        let up: Vec<u64> = p
+            .iter()
+            .filter(|m| m.to == Tier::Ssd)
+            .map(|m| m.extent)
+            .collect();
+        let down: Vec<u64> = p
+            .iter()
+            .filter(|m| m.to == Tier::Hdd)
+            .map(|m| m.extent)
+            .collect();
+        assert!(p
+            .iter()
+            .filter(|m| m.to == Tier::Ssd)
+            .all(|m| m.reason == Reason::Near));
+        assert_eq!(down, vec![200, 201], "{p:?}");
+        assert_eq!(up.len(), 2);
+        // Touched extents come before untouched ones.
+        assert!(up.iter().all(|e| [64, 70, 80, 90].contains(e)), "{up:?}");
+        assert!(!up.contains(&320) && !down.contains(&256));
+        // Free space above the reserve: every extent of the busy zone, and
+        // nothing of the quiet one.
+        let p = plan(&cfg, &input(v.clone(), 10, 0));
+        let mut up: Vec<u64> = p.iter().map(|m| m.extent).collect();
+        up.sort();
+        assert_eq!(up, vec![64, 70, 80, 90, 100, 101]);
+        // Prefetch off.
+        let off = PolicyConfig {
+            zone_extents: 0,
+            ..cfg
+        };
+        assert!(plan(&off, &input(v, 10, 0)).is_empty());
+    }
+
+    #[test]
+    fn promotions_borrow_the_reserve_unless_writes_need_it() {
+        let cfg = PolicyConfig::default();
+        let v = vec![
+            c(1, Tier::Ssd, 0.0),
+            c(2, Tier::Ssd, 0.0),
+            c(3, Tier::Hdd, 10.0),
+            c(4, Tier::Hdd, 9.0),
+        ];
+        // Free == reserve == 2, nothing protected: both promotions first
+        // (into lent slots), then their victims refill the reserve.
+        let p = plan(&cfg, &input(v.clone(), 2, 2));
+        let kinds: Vec<(u64, Tier, Reason)> =
+            p.iter().map(|m| (m.extent, m.to, m.reason)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (3, Tier::Ssd, Reason::Hot),
+                (4, Tier::Ssd, Reason::Hot),
+                (1, Tier::Hdd, Reason::Cold),
+                (2, Tier::Hdd, Reason::Cold),
+            ]
+        );
+        // Recent writes need the whole reserve: nothing is lent, so each
+        // swap's demotion goes first.
+        let mut inp = input(v.clone(), 2, 2);
+        inp.protect = 2;
+        let p = plan(&cfg, &inp);
+        assert_eq!(p[0].to, Tier::Hdd, "{p:?}");
+        // promote-borrow = 0: the same.
+        let no = PolicyConfig {
+            promote_borrow: 0.0,
+            ..cfg
+        };
+        let p = plan(&no, &input(v.clone(), 2, 2));
+        assert_eq!(p[0].to, Tier::Hdd, "{p:?}");
+        // A budget that the promotions fill: the refill waits for a later
+        // round (the reserve stays lent meanwhile).
+        let tight = PolicyConfig {
+            max_moves: 2,
+            ..cfg
+        };
+        let p = plan(&tight, &input(v, 2, 2));
+        assert!(p.iter().all(|m| m.to == Tier::Ssd), "{p:?}");
     }
 }

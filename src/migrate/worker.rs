@@ -37,11 +37,18 @@ pub struct MigrateConfig {
     /// Reserve refills may go faster: up to this many times the recent
     /// foreground write rate, when that exceeds `bandwidth`.
     pub reserve_boost: f64,
+    /// The reserve keeps room for this long of the recent foreground write
+    /// rate; only the rest may be lent to promotions.
+    #[serde(with = "crate::config::duration_secs")]
+    pub reserve_horizon: Duration,
     /// Foreground requests in flight at or above which migration waits.
     pub busy_inflight: usize,
     /// Longest wait for foreground I/O to calm down before one move.
     #[serde(with = "crate::config::duration_secs")]
     pub max_backoff: Duration,
+    /// Moves carried out together (one sync and one flush; neighbouring
+    /// slots copied with one large read and write).
+    pub batch: usize,
     /// How often heat scores are saved to the metadata store.
     #[serde(with = "crate::config::duration_secs")]
     pub heat_save_interval: Duration,
@@ -57,8 +64,10 @@ impl Default for MigrateConfig {
             interval: Duration::from_secs(1),
             bandwidth: ByteSize(128 << 20),
             reserve_boost: 2.0,
+            reserve_horizon: Duration::from_secs(60),
             busy_inflight: 16,
             max_backoff: Duration::from_millis(500),
+            batch: 32,
             heat_save_interval: Duration::from_secs(300),
             policy: PolicyConfig::default(),
         }
@@ -124,16 +133,20 @@ impl MigratorHandle {
     }
 }
 
+/// Bytes the foreground wrote to the devices (migration copies excluded).
 fn written_bytes(vol: &Volume) -> u64 {
     let s = vol.stats();
-    Stats::get(&s.dev_write_bytes[0]) + Stats::get(&s.dev_write_bytes[1])
+    let dev = Stats::get(&s.dev_write_bytes[0]) + Stats::get(&s.dev_write_bytes[1]);
+    let copies = Stats::get(&s.migrated_bytes[0]) + Stats::get(&s.migrated_bytes[1]);
+    dev.saturating_sub(copies)
 }
 
 impl Migrator {
     /// A migrator for `vol`.
     pub fn new(vol: Arc<Volume>, cfg: MigrateConfig) -> Self {
         let now = vol.clock().now();
-        let burst = vol.geometry().extent_size.max(1 << 20);
+        // A merged copy takes its tokens at once.
+        let burst = vol.geometry().extent_size.max(crate::volume::MERGE_MAX);
         let written = written_bytes(&vol);
         let reserve = u64::from(vol.geometry().reserve_extents);
         Migrator {
@@ -197,6 +210,16 @@ impl Migrator {
     /// One round: tick heat, plan, move. `sleep` is how pacing waits (the
     /// real `thread::sleep` in the daemon; a no-op with a manual clock).
     pub fn run_round(&self, sleep: &dyn Fn(Duration)) -> RoundReport {
+        self.run_round_until(sleep, &|| false)
+    }
+
+    /// [`Migrator::run_round`], ending early (between moves) once `stop`
+    /// says so: the virtual-time benchmark ends a round with its run.
+    pub fn run_round_until(
+        &self,
+        sleep: &dyn Fn(Duration),
+        stop: &dyn Fn() -> bool,
+    ) -> RoundReport {
         let cfg = self.config();
         let vol = &self.vol;
         let now = vol.clock().now();
@@ -234,13 +257,34 @@ impl Migrator {
             ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
             reserve: self.reserve_extents(),
             blocks_per_extent: geo.blocks_per_extent(),
+            group: cfg.batch.max(1),
+            protect: (write_rate * cfg.reserve_horizon.as_secs_f64() / geo.extent_size as f64)
+                .ceil() as u64,
         };
         let moves = plan(&cfg.policy, &input);
         report.planned = moves.len();
-        for mv in moves {
-            if self.paused() {
+        // Consecutive moves in one direction and for one bucket go as a
+        // batch: one destination sync and one flush, neighbours merged.
+        let mut k = 0;
+        while k < moves.len() {
+            if self.paused() || stop() {
                 break;
             }
+            let first = moves[k];
+            let reserve = first.reason == Reason::Reserve;
+            let mut n = 1;
+            while k + n < moves.len()
+                && n < cfg.batch.max(1)
+                && moves[k + n].to == first.to
+                && (moves[k + n].reason == Reason::Reserve) == reserve
+            {
+                n += 1;
+            }
+            let batch: Vec<(u64, Reason)> = moves[k..k + n]
+                .iter()
+                .map(|m| (m.extent, m.reason))
+                .collect();
+            k += n;
             // Yield to foreground I/O.
             let mut waited = Duration::ZERO;
             while vol.inflight() >= cfg.busy_inflight && waited < cfg.max_backoff {
@@ -248,7 +292,7 @@ impl Migrator {
                 sleep(step);
                 waited += step;
             }
-            let bucket = if mv.reason == Reason::Reserve {
+            let bucket = if reserve {
                 &self.reserve_bucket
             } else {
                 &self.bucket
@@ -259,17 +303,23 @@ impl Migrator {
                 let wait = bucket.lock().take(n, vol.clock().now());
                 sleep(wait);
             };
-            match vol.migrate_extent(mv.extent, mv.to, mv.reason, &mut pace, None) {
-                Ok(MoveOutcome::Moved(bytes)) => {
-                    report.moved += 1;
-                    report.bytes += bytes;
-                    debug!(extent = mv.extent, to = %mv.to, reason = mv.reason.name(), bytes, "moved");
+            match vol.migrate_batch(&batch, first.to, &mut pace) {
+                Ok(outcomes) => {
+                    for (extent, o) in outcomes {
+                        match o {
+                            MoveOutcome::Moved(bytes) => {
+                                report.moved += 1;
+                                report.bytes += bytes;
+                                debug!(extent, to = %first.to, bytes, "moved");
+                            }
+                            MoveOutcome::Raced => report.raced += 1,
+                            _ => report.skipped += 1,
+                        }
+                    }
                 }
-                Ok(MoveOutcome::Raced) => report.raced += 1,
-                Ok(_) => report.skipped += 1,
                 Err(e) => {
-                    report.errors += 1;
-                    warn!(extent = mv.extent, to = %mv.to, "migration failed, extent left in place: {e}");
+                    report.errors += batch.len();
+                    warn!(extents = batch.len(), to = %first.to, "migration failed, extents left in place: {e}");
                 }
             }
         }

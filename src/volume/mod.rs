@@ -14,8 +14,8 @@ mod mover;
 mod stats;
 mod superblock;
 
-pub use mover::{MoveOutcome, MoveRecord, MoveStep, Pin, Placement};
-pub use stats::Stats;
+pub use mover::{MoveOutcome, MoveRecord, MoveStep, Pin, Placement, MERGE_MAX};
+pub use stats::{Stats, REASONS};
 
 pub use extent::{Loc, Mapping, RecordError, Written};
 pub use geometry::{

@@ -13,6 +13,10 @@
 //! 5. flush, which makes the new mapping durable;
 //! 6. only then free A.
 //!
+//! [`Volume::migrate_batch`] runs the same protocol for many extents at once
+//! (one destination sync, one flush, copies of neighbouring slots merged into
+//! one large read and write) so a migrating HDD streams instead of seeking.
+//!
 //! A crash before step 5 completes leaves the durable mapping at A, which
 //! still holds the latest acknowledged data; after it, at B, which does. B is
 //! never referenced durably before it holds the data, and A is never reused
@@ -29,7 +33,9 @@ use super::{io_err, Volume, VolumeError, VolumeResult, PINS_KEY};
 use crate::migrate::Reason;
 
 /// Bytes copied per device I/O during a migration.
-const COPY_CHUNK: u64 = 256 << 10;
+const COPY_CHUNK: u64 = 1 << 20;
+/// Most bytes one merged copy reads at once (neighbouring slots).
+pub const MERGE_MAX: u64 = 4 << 20;
 /// Attempts before a migration racing foreground writes gives up.
 const ATTEMPTS: usize = 3;
 
@@ -87,6 +93,17 @@ pub enum MoveOutcome {
     Stopped(MoveStep),
 }
 
+/// One extent of a migration in progress.
+struct Item {
+    extent: u64,
+    reason: Reason,
+    src: Loc,
+    dst: Loc,
+    written: Written,
+    /// Its generation when the copy began.
+    gen: u32,
+}
+
 /// Where an extent sits and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Placement {
@@ -123,8 +140,9 @@ fn pin_in(pins: &[Pin], extent: u64) -> Option<Tier> {
 }
 
 impl Volume {
-    /// Move one extent to tier `to` with the crash-safe copy protocol.
-    /// `pace(bytes)` is called before each chunk is copied (it may sleep).
+    /// Move one extent to tier `to` with the crash-safe copy protocol,
+    /// retrying a few times if foreground writes keep changing it.
+    /// `pace(bytes)` is called before each copy (it may sleep).
     /// `stop_after` simulates a crash after a step (tests only: the caller
     /// then drops the volume without flushing).
     pub fn migrate_extent(
@@ -135,103 +153,280 @@ impl Volume {
         pace: &mut dyn FnMut(u64),
         stop_after: Option<MoveStep>,
     ) -> VolumeResult<MoveOutcome> {
-        let (Some(lock), Some(gen)) = (
-            self.map.get(extent as usize),
-            self.gens.get(extent as usize),
-        ) else {
-            return Err(VolumeError::OutOfRange {
-                offset: extent.saturating_mul(self.geo.extent_size),
-                len: self.geo.extent_size,
-                size: self.size(),
-            });
-        };
-        let stop = |s: MoveStep| stop_after == Some(s);
         for _ in 0..ATTEMPTS {
-            let (src, written, g0) = {
-                let guard = lock.read();
-                match guard.as_ref() {
-                    None => return Ok(MoveOutcome::Skipped),
-                    Some(m) if m.loc.tier == to => return Ok(MoveOutcome::Skipped),
-                    Some(m) => (m.loc, m.written.clone(), gen.load(Ordering::Acquire)),
-                }
-            };
-            let Some(dst) = self.alloc.alloc(&[to]) else {
-                return Ok(MoveOutcome::NoRoom);
-            };
-            if stop(MoveStep::Allocated) {
-                return Ok(MoveOutcome::Stopped(MoveStep::Allocated));
+            let out = self.migrate_inner(&[(extent, reason)], to, pace, stop_after)?;
+            match out.first() {
+                Some((_, MoveOutcome::Raced)) => continue,
+                Some((_, o)) => return Ok(*o),
+                None => return Ok(MoveOutcome::Skipped),
             }
-            let copied = match self.copy_slot(src, dst, &written, pace) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.alloc.free_now(dst);
-                    Stats::add(&self.stats.migration_errors, 1);
-                    return Err(e);
-                }
-            };
-            if stop(MoveStep::Copied) {
-                return Ok(MoveOutcome::Stopped(MoveStep::Copied));
-            }
-            let dev = self.devices.get(to);
-            if let Err(e) = dev.sync() {
-                self.alloc.free_now(dst);
-                Stats::add(&self.stats.migration_errors, 1);
-                Stats::add(&self.stats.dev_errors[to.index()], 1);
-                return Err(io_err(dev.as_ref())(e));
-            }
-            if stop(MoveStep::Synced) {
-                return Ok(MoveOutcome::Stopped(MoveStep::Synced));
-            }
-            {
-                let mut guard = lock.write();
-                match guard.as_mut() {
-                    Some(m) if m.loc == src && gen.load(Ordering::Acquire) == g0 => {
-                        m.loc = dst;
-                        if let Err(e) = self.store.put_extent(extent, &m.encode()) {
-                            m.loc = src;
-                            drop(guard);
-                            self.alloc.free_now(dst);
-                            Stats::add(&self.stats.migration_errors, 1);
-                            return Err(e.into());
-                        }
-                        gen.fetch_add(1, Ordering::AcqRel);
-                    }
-                    _ => {
-                        drop(guard);
-                        self.alloc.free_now(dst);
-                        Stats::add(&self.stats.migration_aborts, 1);
-                        continue;
-                    }
-                }
-            }
-            self.meta_dirty.store(true, Ordering::Release);
-            if stop(MoveStep::Committed) {
-                return Ok(MoveOutcome::Stopped(MoveStep::Committed));
-            }
-            if let Err(e) = self.flush() {
-                // The new mapping is live but not yet durable: the source
-                // may be reused only after a later flush succeeds.
-                self.alloc.free_deferred(src);
-                Stats::add(&self.stats.migration_errors, 1);
-                return Err(e);
-            }
-            if stop(MoveStep::Flushed) {
-                return Ok(MoveOutcome::Stopped(MoveStep::Flushed));
-            }
-            self.alloc.free_now(src);
-            self.stats.migrated(to, reason, copied);
-            self.moves.lock().insert(
-                extent,
-                MoveRecord {
-                    at: self.clock.unix_secs(),
-                    from: src.tier,
-                    to,
-                    reason,
-                },
-            );
-            return Ok(MoveOutcome::Moved(copied));
         }
         Ok(MoveOutcome::Raced)
+    }
+
+    /// Move many extents to tier `to` in one pass of the copy protocol: every
+    /// copy, one sync of the destination, every commit, one flush, then the
+    /// sources are freed. Copies between neighbouring source and destination
+    /// slots are merged. An extent a foreground write changed meanwhile is
+    /// left in place (`Raced`; a later round retries). A device or store
+    /// error fails the extents not yet committed.
+    pub fn migrate_batch(
+        &self,
+        extents: &[(u64, Reason)],
+        to: Tier,
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
+        self.migrate_inner(extents, to, pace, None)
+    }
+
+    fn migrate_inner(
+        &self,
+        extents: &[(u64, Reason)],
+        to: Tier,
+        pace: &mut dyn FnMut(u64),
+        stop_after: Option<MoveStep>,
+    ) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
+        let stop = |s: MoveStep| stop_after == Some(s);
+        let mut out = Vec::with_capacity(extents.len());
+        // 1. Snapshot each extent and take destination slots.
+        let mut items: Vec<Item> = Vec::with_capacity(extents.len());
+        for &(extent, reason) in extents {
+            let (Some(lock), Some(gen)) = (
+                self.map.get(extent as usize),
+                self.gens.get(extent as usize),
+            ) else {
+                return Err(VolumeError::OutOfRange {
+                    offset: extent.saturating_mul(self.geo.extent_size),
+                    len: self.geo.extent_size,
+                    size: self.size(),
+                });
+            };
+            let guard = lock.read();
+            match guard.as_ref() {
+                None => out.push((extent, MoveOutcome::Skipped)),
+                Some(m) if m.loc.tier == to => out.push((extent, MoveOutcome::Skipped)),
+                Some(m) => items.push(Item {
+                    extent,
+                    reason,
+                    src: m.loc,
+                    dst: m.loc,
+                    written: m.written.clone(),
+                    gen: gen.load(Ordering::Acquire),
+                }),
+            }
+        }
+        items.sort_by_key(|i| (i.src.slot, i.extent));
+        let mut dsts = Vec::with_capacity(items.len());
+        while dsts.len() < items.len() {
+            match self.alloc.alloc(&[to]) {
+                Some(d) => dsts.push(d),
+                None => break,
+            }
+        }
+        for it in &items[dsts.len()..] {
+            out.push((it.extent, MoveOutcome::NoRoom));
+        }
+        items.truncate(dsts.len());
+        // Ascending destinations for ascending sources: both devices stream.
+        dsts.sort_by_key(|d| d.slot);
+        for (it, d) in items.iter_mut().zip(dsts) {
+            it.dst = d;
+        }
+        if items.is_empty() {
+            return Ok(out);
+        }
+        if stop(MoveStep::Allocated) {
+            out.extend(
+                items
+                    .iter()
+                    .map(|i| (i.extent, MoveOutcome::Stopped(MoveStep::Allocated))),
+            );
+            return Ok(out);
+        }
+        // 2. Copy, without the extents' locks.
+        let mut copied = vec![0u64; items.len()];
+        if let Err(e) = self.copy_items(&items, &mut copied, pace) {
+            self.free_dsts(&items);
+            Stats::add(&self.stats.migration_errors, items.len() as u64);
+            return Err(e);
+        }
+        if stop(MoveStep::Copied) {
+            out.extend(
+                items
+                    .iter()
+                    .map(|i| (i.extent, MoveOutcome::Stopped(MoveStep::Copied))),
+            );
+            return Ok(out);
+        }
+        // 3. Make the copies durable.
+        let dev = self.devices.get(to);
+        if let Err(e) = dev.sync() {
+            self.free_dsts(&items);
+            Stats::add(&self.stats.migration_errors, items.len() as u64);
+            Stats::add(&self.stats.dev_errors[to.index()], 1);
+            return Err(io_err(dev.as_ref())(e));
+        }
+        if stop(MoveStep::Synced) {
+            out.extend(
+                items
+                    .iter()
+                    .map(|i| (i.extent, MoveOutcome::Stopped(MoveStep::Synced))),
+            );
+            return Ok(out);
+        }
+        // 4. Commit each mapping unless a foreground write changed it.
+        let mut committed: Vec<(usize, &Item)> = Vec::with_capacity(items.len());
+        let mut failure = None;
+        for (k, it) in items.iter().enumerate() {
+            if failure.is_some() {
+                self.alloc.free_now(it.dst);
+                continue;
+            }
+            let (lock, gen) = (
+                &self.map[it.extent as usize],
+                &self.gens[it.extent as usize],
+            );
+            let mut guard = lock.write();
+            match guard.as_mut() {
+                Some(m) if m.loc == it.src && gen.load(Ordering::Acquire) == it.gen => {
+                    m.loc = it.dst;
+                    if let Err(e) = self.store.put_extent(it.extent, &m.encode()) {
+                        m.loc = it.src;
+                        drop(guard);
+                        self.alloc.free_now(it.dst);
+                        Stats::add(&self.stats.migration_errors, 1);
+                        failure = Some(VolumeError::from(e));
+                        continue;
+                    }
+                    gen.fetch_add(1, Ordering::AcqRel);
+                    committed.push((k, it));
+                }
+                _ => {
+                    drop(guard);
+                    self.alloc.free_now(it.dst);
+                    Stats::add(&self.stats.migration_aborts, 1);
+                    out.push((it.extent, MoveOutcome::Raced));
+                }
+            }
+        }
+        if !committed.is_empty() {
+            self.meta_dirty.store(true, Ordering::Release);
+        }
+        if stop(MoveStep::Committed) {
+            out.extend(
+                committed
+                    .iter()
+                    .map(|(_, i)| (i.extent, MoveOutcome::Stopped(MoveStep::Committed))),
+            );
+            return Ok(out);
+        }
+        // 5. Make the new mappings durable.
+        if let Err(e) = self.flush() {
+            // The new mappings are live but not yet durable: the sources may
+            // be reused only after a later flush succeeds.
+            for (_, it) in &committed {
+                self.alloc.free_deferred(it.src);
+            }
+            Stats::add(&self.stats.migration_errors, committed.len() as u64);
+            return Err(e);
+        }
+        if stop(MoveStep::Flushed) {
+            out.extend(
+                committed
+                    .iter()
+                    .map(|(_, i)| (i.extent, MoveOutcome::Stopped(MoveStep::Flushed))),
+            );
+            return Ok(out);
+        }
+        // 6. Free the sources.
+        let at = self.clock.unix_secs();
+        let mut moves = self.moves.lock();
+        for (k, it) in &committed {
+            self.alloc.free_now(it.src);
+            self.stats.migrated(to, it.reason, copied[*k]);
+            moves.insert(
+                it.extent,
+                MoveRecord {
+                    at,
+                    from: it.src.tier,
+                    to,
+                    reason: it.reason,
+                },
+            );
+            out.push((it.extent, MoveOutcome::Moved(copied[*k])));
+        }
+        drop(moves);
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    fn free_dsts(&self, items: &[Item]) {
+        for it in items {
+            self.alloc.free_now(it.dst);
+        }
+    }
+
+    /// Copy every item's written blocks to its destination; runs of fully
+    /// written extents in neighbouring slots on both tiers go as one read and
+    /// one write of up to [`MERGE_MAX`] bytes.
+    fn copy_items(
+        &self,
+        items: &[Item],
+        copied: &mut [u64],
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<()> {
+        let es = self.geo.extent_size;
+        let mut k = 0;
+        while k < items.len() {
+            let mut n = 1;
+            if matches!(items[k].written, Written::Full) {
+                while k + n < items.len()
+                    && (n as u64 + 1) * es <= MERGE_MAX
+                    && matches!(items[k + n].written, Written::Full)
+                    && items[k + n].src.slot == items[k].src.slot + n as u32
+                    && items[k + n].dst.slot == items[k].dst.slot + n as u32
+                {
+                    n += 1;
+                }
+            }
+            if n == 1 {
+                copied[k] = self.copy_slot(items[k].src, items[k].dst, &items[k].written, pace)?;
+            } else {
+                let len = n as u64 * es;
+                pace(len);
+                self.copy_range(items[k].src, items[k].dst, len)?;
+                for c in &mut copied[k..k + n] {
+                    *c = es;
+                }
+            }
+            k += n;
+        }
+        Ok(())
+    }
+
+    /// Copy `len` bytes from slot `src` on to slot `dst` on, in one read and
+    /// one write.
+    fn copy_range(&self, src: Loc, dst: Loc, len: u64) -> VolumeResult<()> {
+        let (sdev, ddev) = (self.devices.get(src.tier), self.devices.get(dst.tier));
+        let mut buf = vec![0u8; len as usize];
+        sdev.read_at(&mut buf, self.geo.slot_offset(src.slot))
+            .map_err(|e| {
+                Stats::add(&self.stats.dev_errors[src.tier.index()], 1);
+                io_err(sdev.as_ref())(e)
+            })?;
+        ddev.write_at(&buf, self.geo.slot_offset(dst.slot))
+            .map_err(|e| {
+                Stats::add(&self.stats.dev_errors[dst.tier.index()], 1);
+                io_err(ddev.as_ref())(e)
+            })?;
+        Stats::add(&self.stats.dev_reads[src.tier.index()], 1);
+        Stats::add(&self.stats.dev_read_bytes[src.tier.index()], len);
+        Stats::add(&self.stats.dev_writes[dst.tier.index()], 1);
+        Stats::add(&self.stats.dev_write_bytes[dst.tier.index()], len);
+        self.dirty[dst.tier.index()].store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Copy the written blocks of slot `src` to slot `dst`.
@@ -353,11 +548,12 @@ impl Volume {
             .iter()
             .enumerate()
             .filter_map(|(i, lock)| {
-                let tier = lock.read().as_ref().map(|m| m.loc.tier)?;
+                let loc = lock.read().as_ref().map(|m| m.loc)?;
                 let e = i as u64;
                 Some(crate::migrate::Candidate {
                     extent: e,
-                    tier,
+                    tier: loc.tier,
+                    slot: loc.slot,
                     score: self.heat.score(e),
                     coverage: self.heat.coverage(e),
                     pin: pin_in(&pins, e),

@@ -8,8 +8,9 @@ use crate::migrate::Reason;
 use super::geometry::Tier;
 
 /// Reasons in counter order.
-pub const REASONS: [Reason; 5] = [
+pub const REASONS: [Reason; 6] = [
     Reason::Hot,
+    Reason::Near,
     Reason::Cold,
     Reason::Reserve,
     Reason::Pin,
@@ -38,7 +39,7 @@ pub struct Stats {
     /// New extents that went to the HDD because the SSD was full.
     pub spills: AtomicU64,
     /// Completed migrations per destination tier and reason.
-    pub migrations: [[AtomicU64; 5]; 2],
+    pub migrations: [[AtomicU64; 6]; 2],
     /// Bytes copied by migrations per destination tier.
     pub migrated_bytes: [AtomicU64; 2],
     /// Migrations abandoned because the extent changed during the copy.
