@@ -2,7 +2,8 @@
 //! as a process kill (writes the OS already has survive) and as a power cut
 //! (only synced data and flushed metadata survive): after reopening, every
 //! extent reads its latest acknowledged data, no slot is owned twice or
-//! leaked, and the move can be completed afterwards.
+//! leaked, and the move can be completed afterwards. The same for a batch
+//! whose neighbouring extents are copied with one merged read and write.
 
 mod support;
 
@@ -98,5 +99,88 @@ fn crash_after_each_step_as_a_process_kill() {
 fn crash_after_each_step_as_a_power_cut() {
     for step in STEPS {
         run(step, true);
+    }
+}
+
+/// A batch: four full extents in neighbouring slots (one merged copy) and a
+/// partly written one, interrupted after each step.
+fn run_batch(step: Option<MoveStep>, power_cut: bool) {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    for e in 0..4u64 {
+        vol.write(e * EXTENT, &pattern(10 + e, EXTENT as usize), false)
+            .expect("write");
+    }
+    vol.write(4 * EXTENT + 4096, &pattern(20, 9000), false)
+        .expect("write 4");
+    vol.flush().expect("flush");
+    let batch: Vec<(u64, Reason)> = (0..5).map(|e| (e, Reason::Manual)).collect();
+    let reads = |v: &tierd::volume::Volume| {
+        tierd::volume::Stats::get(&v.stats().dev_reads[Tier::Ssd.index()])
+    };
+    let before = reads(&vol);
+    let out = vol
+        .migrate_batch(&batch, Tier::Hdd, &mut |_| {}, step)
+        .expect("migrate");
+    assert_eq!(out.len(), 5, "{out:?}");
+    for (_, o) in &out {
+        match step {
+            Some(s) => assert_eq!(*o, MoveOutcome::Stopped(s)),
+            None => assert!(matches!(o, MoveOutcome::Moved(_)), "{o:?}"),
+        }
+    }
+    if step != Some(MoveStep::Allocated) {
+        // One merged read for extents 0..4, one run for extent 4.
+        assert_eq!(reads(&vol) - before, 2, "{step:?}: copies were not merged");
+    }
+    drop(vol);
+    if power_cut {
+        bed.power_cut();
+    }
+    let check = |vol: &tierd::volume::Volume| {
+        let mut buf = vec![0u8; EXTENT as usize];
+        for e in 0..4u64 {
+            vol.read(e * EXTENT, &mut buf).expect("read");
+            assert!(
+                buf == pattern(10 + e, EXTENT as usize),
+                "{step:?}/{power_cut}: extent {e} differs"
+            );
+        }
+        vol.read(4 * EXTENT, &mut buf).expect("read 4");
+        let mut want = vec![0u8; EXTENT as usize];
+        want[4096..4096 + 9000].copy_from_slice(&pattern(20, 9000));
+        assert!(buf == want, "{step:?}/{power_cut}: extent 4 differs");
+        assert_accounting(vol, 24);
+    };
+    let vol = bed.open();
+    check(&vol);
+    let out = vol
+        .migrate_batch(&batch, Tier::Hdd, &mut |_| {}, None)
+        .expect("migrate again");
+    for (e, o) in out {
+        assert!(
+            matches!(o, MoveOutcome::Moved(_) | MoveOutcome::Skipped),
+            "{o:?}"
+        );
+        assert_eq!(tier_of(&vol, e), Some(Tier::Hdd));
+    }
+    check(&vol);
+    vol.flush().expect("flush");
+    drop(vol);
+    bed.power_cut();
+    check(&bed.open());
+}
+
+#[test]
+fn batch_crash_after_each_step_as_a_process_kill() {
+    for step in STEPS {
+        run_batch(step, false);
+    }
+}
+
+#[test]
+fn batch_crash_after_each_step_as_a_power_cut() {
+    for step in STEPS {
+        run_batch(step, true);
     }
 }

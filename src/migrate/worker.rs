@@ -303,7 +303,7 @@ impl Migrator {
                 let wait = bucket.lock().take(n, vol.clock().now());
                 sleep(wait);
             };
-            match vol.migrate_batch(&batch, first.to, &mut pace) {
+            match vol.migrate_batch(&batch, first.to, &mut pace, None) {
                 Ok(outcomes) => {
                     for (extent, o) in outcomes {
                         match o {

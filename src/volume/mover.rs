@@ -169,14 +169,16 @@ impl Volume {
     /// sources are freed. Copies between neighbouring source and destination
     /// slots are merged. An extent a foreground write changed meanwhile is
     /// left in place (`Raced`; a later round retries). A device or store
-    /// error fails the extents not yet committed.
+    /// error fails the extents not yet committed. `stop_after` as for
+    /// [`Volume::migrate_extent`].
     pub fn migrate_batch(
         &self,
         extents: &[(u64, Reason)],
         to: Tier,
         pace: &mut dyn FnMut(u64),
+        stop_after: Option<MoveStep>,
     ) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
-        self.migrate_inner(extents, to, pace, None)
+        self.migrate_inner(extents, to, pace, stop_after)
     }
 
     fn migrate_inner(
