@@ -400,6 +400,18 @@ impl Config {
                 problem: "scores, margins and reserve-boost must be finite and not negative".into(),
             });
         }
+        if !(0.0..=1.0).contains(&p.promote_borrow) {
+            return Err(ConfigError::Invalid {
+                key: "migrate.promote-borrow",
+                problem: "must be a share between 0 and 1".into(),
+            });
+        }
+        if m.batch == 0 || m.batch > 1024 {
+            return Err(ConfigError::Invalid {
+                key: "migrate.batch",
+                problem: "must be between 1 and 1024".into(),
+            });
+        }
         if self.max_connections == 0 {
             return Err(ConfigError::Invalid {
                 key: "max-connections",
@@ -603,6 +615,18 @@ mod tests {
         assert_eq!(c.extent_size, ByteSize(4 << 20));
         assert_eq!(c.ssd_size, ByteSize(1 << 30));
         assert_eq!(c.hdd_size, ByteSize(32 << 30));
+    }
+
+    #[test]
+    fn the_example_config_loads_and_matches_the_defaults() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/tierd.example.toml");
+        let c = Config::load(Some(&path), env(&[]), &[]).expect("example loads");
+        let d = Config::default();
+        assert_eq!(c.heat, d.heat);
+        assert_eq!(c.migrate, d.migrate);
+        let e =
+            Config::load(None, env(&[("TIERD_MIGRATE__PROMOTE_BORROW", "1.5")]), &[]).unwrap_err();
+        assert!(e.to_string().contains("promote-borrow"), "{e}");
     }
 
     #[test]
