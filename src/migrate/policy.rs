@@ -117,7 +117,8 @@ pub struct PolicyConfig {
     pub max_moves: usize,
     /// Neighbouring extents that form a zone for prefetch (0: no prefetch).
     pub zone_extents: u32,
-    /// Extents of a zone touched recently for the zone to count as in use.
+    /// Separate runs of recently touched extents in a zone for the zone to
+    /// count as in use.
     pub zone_min_active: u32,
     /// Share of the reserve promotions may take while they are pending (what
     /// recent writes need stays protected, see `reserve-horizon`); the
@@ -282,11 +283,23 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     // 4. Neighbourhood prefetch.
     if cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
         let z = u64::from(cfg.zone_extents);
+        // Activity of a zone: separate runs of touched extents. A sequential
+        // stream's first few MiB (which earn heat before the stream is
+        // recognised) are one run, so they never make a zone busy.
+        let mut touched: Vec<u64> = input
+            .candidates
+            .iter()
+            .filter(|c| c.coverage > 0)
+            .map(|c| c.extent)
+            .collect();
+        touched.sort_unstable();
         let mut active: HashMap<u64, u32> = HashMap::new();
-        for c in &input.candidates {
-            if c.coverage > 0 {
-                *active.entry(c.extent / z).or_default() += 1;
+        let mut prev = None;
+        for e in touched {
+            if prev.is_none_or(|p: u64| p + 1 != e || p / z != e / z) {
+                *active.entry(e / z).or_default() += 1;
             }
+            prev = Some(e);
         }
         let in_use = |c: &Candidate| active.get(&(c.extent / z)).copied().unwrap_or(0);
         let chosen: HashSet<u64> = promote.iter().map(|(c, _)| c.extent).collect();
@@ -617,6 +630,19 @@ mod tests {
         let mut up: Vec<u64> = p.iter().map(|m| m.extent).collect();
         up.sort();
         assert_eq!(up, vec![64, 70, 80, 90, 100, 101]);
+        // Four neighbouring touched extents (a sequential stream's start)
+        // are one run: not a busy zone.
+        let run: Vec<Candidate> = (0..6u64)
+            .map(|e| {
+                touched(
+                    128 + e,
+                    Tier::Hdd,
+                    if e < 4 { 1.0 } else { 0.0 },
+                    u32::from(e < 4),
+                )
+            })
+            .collect();
+        assert!(plan(&cfg, &input(run, 10, 0)).is_empty());
         // Prefetch off.
         let off = PolicyConfig {
             zone_extents: 0,
