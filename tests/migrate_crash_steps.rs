@@ -7,9 +7,11 @@
 
 mod support;
 
+use std::sync::Arc;
 use support::*;
 use tierd::migrate::Reason;
-use tierd::volume::{MoveOutcome, MoveStep, Tier};
+
+use tierd::volume::{MoveOutcome, MoveStep, Tier, Volume};
 
 const STEPS: [Option<MoveStep>; 6] = [
     Some(MoveStep::Allocated),
@@ -44,7 +46,7 @@ fn run(step: Option<MoveStep>, power_cut: bool) {
         bed.power_cut();
     }
     let vol = bed.open();
-    let check = |vol: &tierd::volume::Volume| {
+    let check = |vol: &Volume| {
         let mut buf = vec![0u8; EXTENT as usize];
         vol.read(0, &mut buf).expect("read 0");
         assert!(
@@ -71,15 +73,33 @@ fn run(step: Option<MoveStep>, power_cut: bool) {
         assert_eq!(tier_of(&vol, 0), Some(Tier::Hdd));
     }
     // The interrupted move can be finished after the restart.
-    for extent in [0u64, 1] {
-        let out = vol
-            .migrate_extent(extent, Tier::Hdd, Reason::Manual, &mut |_| {}, None)
-            .expect("migrate again");
+    finish(&bed, vol, &check, &|vol| {
+        [0u64, 1]
+            .into_iter()
+            .map(|e| {
+                let o = vol
+                    .migrate_extent(e, Tier::Hdd, Reason::Manual, &mut |_| {}, None)
+                    .expect("migrate again");
+                (e, o)
+            })
+            .collect()
+    });
+}
+
+/// After the restart: finish the interrupted moves with `again` (each ends
+/// on the HDD), check, then check again after a flush and a power cut.
+fn finish(
+    bed: &Bed,
+    vol: Arc<Volume>,
+    check: &dyn Fn(&Volume),
+    again: &dyn Fn(&Volume) -> Vec<(u64, MoveOutcome)>,
+) {
+    for (e, o) in again(&vol) {
         assert!(
-            matches!(out, MoveOutcome::Moved(_) | MoveOutcome::Skipped),
-            "{out:?}"
+            matches!(o, MoveOutcome::Moved(_) | MoveOutcome::Skipped),
+            "{o:?}"
         );
-        assert_eq!(tier_of(&vol, extent), Some(Tier::Hdd));
+        assert_eq!(tier_of(&vol, e), Some(Tier::Hdd));
     }
     check(&vol);
     vol.flush().expect("flush");
@@ -115,9 +135,7 @@ fn run_batch(step: Option<MoveStep>, power_cut: bool) {
         .expect("write 4");
     vol.flush().expect("flush");
     let batch: Vec<(u64, Reason)> = (0..5).map(|e| (e, Reason::Manual)).collect();
-    let reads = |v: &tierd::volume::Volume| {
-        tierd::volume::Stats::get(&v.stats().dev_reads[Tier::Ssd.index()])
-    };
+    let reads = |v: &Volume| tierd::volume::Stats::get(&v.stats().dev_reads[Tier::Ssd.index()]);
     let before = reads(&vol);
     let out = vol
         .migrate_batch(&batch, Tier::Hdd, &mut |_| {}, step)
@@ -137,7 +155,7 @@ fn run_batch(step: Option<MoveStep>, power_cut: bool) {
     if power_cut {
         bed.power_cut();
     }
-    let check = |vol: &tierd::volume::Volume| {
+    let check = |vol: &Volume| {
         let mut buf = vec![0u8; EXTENT as usize];
         for e in 0..4u64 {
             vol.read(e * EXTENT, &mut buf).expect("read");
@@ -154,21 +172,10 @@ fn run_batch(step: Option<MoveStep>, power_cut: bool) {
     };
     let vol = bed.open();
     check(&vol);
-    let out = vol
-        .migrate_batch(&batch, Tier::Hdd, &mut |_| {}, None)
-        .expect("migrate again");
-    for (e, o) in out {
-        assert!(
-            matches!(o, MoveOutcome::Moved(_) | MoveOutcome::Skipped),
-            "{o:?}"
-        );
-        assert_eq!(tier_of(&vol, e), Some(Tier::Hdd));
-    }
-    check(&vol);
-    vol.flush().expect("flush");
-    drop(vol);
-    bed.power_cut();
-    check(&bed.open());
+    finish(&bed, vol, &check, &|vol| {
+        vol.migrate_batch(&batch, Tier::Hdd, &mut |_| {}, None)
+            .expect("migrate again")
+    });
 }
 
 #[test]

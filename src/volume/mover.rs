@@ -93,6 +93,17 @@ pub enum MoveOutcome {
     Stopped(MoveStep),
 }
 
+/// `out` plus a `Stopped(step)` outcome for each of `items` (a simulated
+/// crash).
+fn stopped<'a>(
+    mut out: Vec<(u64, MoveOutcome)>,
+    items: impl Iterator<Item = &'a Item>,
+    step: MoveStep,
+) -> Vec<(u64, MoveOutcome)> {
+    out.extend(items.map(|i| (i.extent, MoveOutcome::Stopped(step))));
+    out
+}
+
 /// One extent of a migration in progress.
 struct Item {
     extent: u64,
@@ -238,12 +249,7 @@ impl Volume {
             return Ok(out);
         }
         if stop(MoveStep::Allocated) {
-            out.extend(
-                items
-                    .iter()
-                    .map(|i| (i.extent, MoveOutcome::Stopped(MoveStep::Allocated))),
-            );
-            return Ok(out);
+            return Ok(stopped(out, items.iter(), MoveStep::Allocated));
         }
         // 2. Copy, without the extents' locks.
         let mut copied = vec![0u64; items.len()];
@@ -253,12 +259,7 @@ impl Volume {
             return Err(e);
         }
         if stop(MoveStep::Copied) {
-            out.extend(
-                items
-                    .iter()
-                    .map(|i| (i.extent, MoveOutcome::Stopped(MoveStep::Copied))),
-            );
-            return Ok(out);
+            return Ok(stopped(out, items.iter(), MoveStep::Copied));
         }
         // 3. Make the copies durable.
         let dev = self.devices.get(to);
@@ -269,12 +270,7 @@ impl Volume {
             return Err(io_err(dev.as_ref())(e));
         }
         if stop(MoveStep::Synced) {
-            out.extend(
-                items
-                    .iter()
-                    .map(|i| (i.extent, MoveOutcome::Stopped(MoveStep::Synced))),
-            );
-            return Ok(out);
+            return Ok(stopped(out, items.iter(), MoveStep::Synced));
         }
         // 4. Commit each mapping unless a foreground write changed it.
         let mut committed: Vec<(usize, &Item)> = Vec::with_capacity(items.len());
@@ -315,12 +311,11 @@ impl Volume {
             self.meta_dirty.store(true, Ordering::Release);
         }
         if stop(MoveStep::Committed) {
-            out.extend(
-                committed
-                    .iter()
-                    .map(|(_, i)| (i.extent, MoveOutcome::Stopped(MoveStep::Committed))),
-            );
-            return Ok(out);
+            return Ok(stopped(
+                out,
+                committed.iter().map(|(_, i)| *i),
+                MoveStep::Committed,
+            ));
         }
         // 5. Make the new mappings durable.
         if let Err(e) = self.flush() {
@@ -333,12 +328,11 @@ impl Volume {
             return Err(e);
         }
         if stop(MoveStep::Flushed) {
-            out.extend(
-                committed
-                    .iter()
-                    .map(|(_, i)| (i.extent, MoveOutcome::Stopped(MoveStep::Flushed))),
-            );
-            return Ok(out);
+            return Ok(stopped(
+                out,
+                committed.iter().map(|(_, i)| *i),
+                MoveStep::Flushed,
+            ));
         }
         // 6. Free the sources.
         let at = self.clock.unix_secs();
