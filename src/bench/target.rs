@@ -247,7 +247,7 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                             set_virtual_now(p.now());
                             // The round ends with the run (between moves),
                             // so the run's length is the time measured.
-                            mig.run_round_until(
+                            let r = mig.run_round_until(
                                 &|d| {
                                     let t = virtual_now().max(p.now() + d);
                                     p.sleep_until(t);
@@ -259,7 +259,9 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                             if finished.load(Ordering::Acquire) >= run.qd {
                                 break;
                             }
-                            p.sleep_until(p.now() + interval);
+                            if !r.more_waiting() {
+                                p.sleep_until(p.now() + interval);
+                            }
                             if finished.load(Ordering::Acquire) >= run.qd {
                                 break;
                             }

@@ -89,6 +89,16 @@ pub struct RoundReport {
     pub raced: usize,
     /// Moves that failed with an error.
     pub errors: usize,
+    /// The plan filled the round's budget (`max-moves`): more is waiting.
+    pub truncated: bool,
+}
+
+impl RoundReport {
+    /// Whether the next round should start at once instead of after the
+    /// interval: the budget was full and moves are getting done.
+    pub fn more_waiting(&self) -> bool {
+        self.truncated && self.moved > 0
+    }
 }
 
 /// Plans and performs migrations for one volume.
@@ -263,6 +273,7 @@ impl Migrator {
         };
         let moves = plan(&cfg.policy, &input);
         report.planned = moves.len();
+        report.truncated = moves.len() >= cfg.policy.max_moves;
         // Consecutive moves in one direction and for one bucket go as a
         // batch: one destination sync and one flush, neighbours merged.
         let mut k = 0;
@@ -341,9 +352,12 @@ impl Migrator {
 
     fn thread_main(&self, rx: mpsc::Receiver<Signal>) {
         let mut last_save = self.vol.clock().now();
+        let mut more = false;
         loop {
             let cfg = self.config();
-            match rx.recv_timeout(cfg.interval) {
+            // A round that filled its budget is followed at once.
+            let wait = if more { Duration::ZERO } else { cfg.interval };
+            match rx.recv_timeout(wait) {
                 Ok(Signal::Stop) | Err(RecvTimeoutError::Disconnected) => break,
                 Ok(Signal::Wake) | Err(RecvTimeoutError::Timeout) => {}
             }
@@ -351,6 +365,7 @@ impl Migrator {
                 continue;
             }
             let round = catch_unwind(AssertUnwindSafe(|| self.run_round(&std::thread::sleep)));
+            more = matches!(&round, Ok(r) if r.more_waiting());
             match round {
                 Ok(r) if r.moved + r.errors + r.raced > 0 => debug!(?r, "migration round"),
                 Ok(_) => {}
