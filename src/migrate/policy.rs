@@ -313,12 +313,13 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
                     && !chosen.contains(&c.extent)
             })
             .collect();
-        // Extents touched themselves first (not enough for a promotion of
-        // their own yet, but the likeliest to be read again), then the
+        // Extents touched recently themselves first (not enough for a
+        // promotion of their own yet, but the likeliest to be read again;
+        // a decayed score never quite reaches zero, coverage does), then the
         // busiest zones, in order within a zone.
         near.sort_by(|a, b| {
-            (b.score > 0.0)
-                .cmp(&(a.score > 0.0))
+            (b.coverage > 0)
+                .cmp(&(a.coverage > 0))
                 .then(in_use(b).cmp(&in_use(a)))
                 .then(a.extent.cmp(&b.extent))
         });
@@ -348,7 +349,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     // Order: hot promotions, then prefetches, each by source slot (an
     // elevator pass over the HDD); a swap's demotions only when the free
     // slots reach the floor.
-    promote.sort_by_key(|(c, r)| (*r != Reason::Hot, c.score <= 0.0, c.slot, c.extent));
+    promote.sort_by_key(|(c, r)| (*r != Reason::Hot, c.coverage == 0, c.slot, c.extent));
     let mut moves = head;
     let mut demote = demote.into_iter();
     for (p, reason) in promote {
