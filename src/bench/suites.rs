@@ -549,6 +549,7 @@ impl Bench {
         for &f in factors {
             let spec = self.zipf_spec(f);
             let warmed = self.warm_until_stable(&spec, 0);
+            let mass = self.zipf_mass_on_ssd(&spec);
             let pts = self.case("zipf", &format!("zipf0.99-ws{f}x"), &spec, 4, self.dur(3.0));
             let (h, s, d) = (pts[0].iops, pts[1].iops, pts[2].iops);
             self.finding(
@@ -565,7 +566,41 @@ impl Bench {
                 "ratio",
                 format!("working set {f}x the SSD"),
             );
+            if let Some((on, best)) = mass {
+                self.finding(
+                    "zipf",
+                    &format!("ws{f}x-access-share-on-ssd"),
+                    on,
+                    "ratio",
+                    format!(
+                        "share of the workload's accesses whose extent is on the SSD; {best:.3} at best (the hottest extents filling the SSD less the reserve)"
+                    ),
+                );
+            }
         }
+    }
+
+    /// For a Zipf `spec`: the share of its accesses that land on extents the
+    /// hybrid holds on the SSD, and the best share possible (its hottest
+    /// ranks filling the SSD's slots outside the reserve).
+    fn zipf_mass_on_ssd(&self, spec: &Spec) -> Option<(f64, f64)> {
+        let vol = self.targets[0].volume()?;
+        let Skew::Zipf { theta, chunk, .. } = spec.skew else {
+            return None;
+        };
+        let n = (spec.len / chunk).max(1);
+        let perm = super::workload::Scramble::new(n);
+        let first = spec.start / chunk;
+        let weight = |r: u64| 1.0 / ((r + 1) as f64).powf(theta);
+        let total: f64 = (0..n).map(weight).sum();
+        let on: f64 = (0..n)
+            .filter(|r| vol.mapping(first + perm.chunk(*r)).map(|m| m.loc.tier) == Some(Tier::Ssd))
+            .map(weight)
+            .sum();
+        let geo = vol.geometry();
+        let room = u64::from(geo.ssd_slots.saturating_sub(geo.reserve_extents));
+        let best: f64 = (0..n.min(room)).map(weight).sum();
+        Some((on / total, best / total))
     }
 
     fn shift(&mut self) {
