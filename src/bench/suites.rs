@@ -517,20 +517,35 @@ impl Bench {
     }
 
     /// Warm the hybrid in 10 s steps until its IOPS stop growing (no new
-    /// best by 3 % for three steps) or `max` seconds pass; returns the
-    /// seconds spent.
+    /// best by 3 % for three steps) while the migrator has settled (a step
+    /// moved at most 1 % of the working set's extents), or `max` seconds
+    /// pass; returns the seconds spent. Without the second condition a
+    /// migration wave, which holds IOPS down while it runs, looked settled.
     fn warm_until_stable(&mut self, spec: &Spec, shift: u64) -> f64 {
         let max = if self.opts.quick { 900.0 } else { 3600.0 };
+        let moved = |b: &Self| {
+            b.targets[0]
+                .volume()
+                .map(|v| {
+                    let s = v.stats();
+                    crate::volume::Stats::get(&s.migrated_bytes[0])
+                        + crate::volume::Stats::get(&s.migrated_bytes[1])
+                })
+                .unwrap_or(0)
+        };
+        let settled_below = (spec.len / 100).max(self.extent_size);
         let (mut t, mut best, mut stale) = (0.0, 0.0, 0);
         while t < max * self.opts.time_scale {
+            let before = moved(self);
             let m = self.warm(spec, 10.0, shift);
             t += 10.0 * self.opts.time_scale;
             let now = m.iops();
+            let settled = moved(self).saturating_sub(before) <= settled_below;
             self.progress(&format!("warming up: {t:.0} s, hybrid {now:.0} IOPS"));
             if now > best * 1.03 {
                 best = now;
                 stale = 0;
-            } else {
+            } else if settled {
                 stale += 1;
                 if stale >= 3 {
                     break;

@@ -267,7 +267,11 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         let Some(c) = next_cold(&mut gone, &|_| true) else {
             break;
         };
-        if eff(h) <= eff(c) * (1.0 + cfg.promote_margin) + cfg.promote_margin_abs {
+        // Past the margin both in effective heat and in raw score: the
+        // score decays smoothly, while coverage drops a step whenever a
+        // coverage window ends; a swap on that step alone would churn.
+        let past = |a: f32, b: f32| a > b * (1.0 + cfg.promote_margin) + cfg.promote_margin_abs;
+        if !(past(eff(h), eff(c)) && past(h.score, c.score)) {
             gone.remove(&c.extent);
             break;
         }
@@ -696,5 +700,20 @@ mod tests {
         };
         let p = plan(&tight, &input(v, 2, 2));
         assert!(p.iter().all(|m| m.to == Tier::Ssd), "{p:?}");
+    }
+
+    #[test]
+    fn a_coverage_window_ending_does_not_trigger_swaps() {
+        let cfg = PolicyConfig::default();
+        // The SSD extent's blocks were last touched two windows ago: its
+        // coverage (and so its effective heat) just dropped to zero, while
+        // its score is as high as the HDD extent's.
+        let mut ssd = c(1, Tier::Ssd, 6.0);
+        ssd.coverage = 0;
+        let hdd = c(2, Tier::Hdd, 6.0);
+        assert!(plan(&cfg, &input(vec![ssd, hdd], 0, 0)).is_empty());
+        // A clearly hotter HDD extent still wins.
+        let hotter = c(2, Tier::Hdd, 12.0);
+        assert_eq!(plan(&cfg, &input(vec![ssd, hotter], 0, 0)).len(), 2);
     }
 }
