@@ -43,7 +43,11 @@ pub struct MigrateConfig {
     pub reserve_horizon: Duration,
     /// Foreground requests in flight at or above which migration waits.
     pub busy_inflight: usize,
-    /// Longest wait for foreground I/O to calm down before one move.
+    /// Smoothed latency of foreground HDD reads at or above which migration
+    /// waits (0: never).
+    #[serde(with = "crate::config::duration_secs")]
+    pub busy_latency: Duration,
+    /// Longest wait for foreground I/O to calm down before one batch.
     #[serde(with = "crate::config::duration_secs")]
     pub max_backoff: Duration,
     /// Moves carried out together (one sync and one flush; neighbouring
@@ -66,6 +70,7 @@ impl Default for MigrateConfig {
             reserve_boost: 2.0,
             reserve_horizon: Duration::from_secs(60),
             busy_inflight: 16,
+            busy_latency: Duration::from_millis(100),
             max_backoff: Duration::from_millis(500),
             batch: 32,
             heat_save_interval: Duration::from_secs(300),
@@ -296,9 +301,17 @@ impl Migrator {
                 .map(|m| (m.extent, m.reason))
                 .collect();
             k += n;
-            // Yield to foreground I/O.
+            // Yield to foreground I/O: many requests in flight, or HDD reads
+            // already slow (every move reads or writes the HDD).
+            let busy = || {
+                vol.inflight() >= cfg.busy_inflight
+                    || (!cfg.busy_latency.is_zero()
+                        && vol
+                            .hdd_read_latency()
+                            .is_some_and(|l| l >= cfg.busy_latency))
+            };
             let mut waited = Duration::ZERO;
-            while vol.inflight() >= cfg.busy_inflight && waited < cfg.max_backoff {
+            while busy() && waited < cfg.max_backoff {
                 let step = Duration::from_millis(5);
                 sleep(step);
                 waited += step;

@@ -9,7 +9,8 @@
 
 use std::sync::atomic::Ordering;
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::time::Duration;
 
 use super::extent::{Loc, Mapping, Written};
 use super::geometry::{Tier, BLOCK_SIZE};
@@ -31,6 +32,34 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A smoothed latency of foreground HDD reads, for the migrator's backoff:
+/// an exponentially weighted mean (weight 1/8 per sample) in microseconds
+/// and the time of the last sample. Updated with relaxed atomics; a lost
+/// update between two racing samples only makes the mean a little older.
+#[derive(Default)]
+pub(crate) struct Latency {
+    mean_us: AtomicU64,
+    last_ms: AtomicU64,
+}
+
+impl Latency {
+    fn sample(&self, took: Duration, now: Duration) {
+        let us = took.as_micros().min(u128::from(u32::MAX)) as u64;
+        let old = self.mean_us.load(Ordering::Relaxed);
+        let new = if old == 0 { us } else { old - old / 8 + us / 8 };
+        self.mean_us.store(new.max(1), Ordering::Relaxed);
+        self.last_ms
+            .store(now.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The mean, unless the last sample is older than `fresh` at `now`.
+    pub(crate) fn get(&self, now: Duration, fresh: Duration) -> Option<Duration> {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        let mean = self.mean_us.load(Ordering::Relaxed);
+        (mean > 0 && now.saturating_sub(last) <= fresh).then(|| Duration::from_micros(mean))
     }
 }
 
@@ -145,12 +174,22 @@ impl Volume {
             hits[t] += 1;
             let dev = self.devices.get(m.loc.tier);
             let base = self.geo.slot_offset(m.loc.slot);
+            let timed = wait && m.loc.tier == Tier::Hdd;
             let mut read = |part: &mut [u8], at: u64| -> Option<VolumeResult<()>> {
+                let t0 = if timed {
+                    self.clock.now()
+                } else {
+                    Duration::ZERO
+                };
                 let r = if wait {
                     dev.read_at(part, base + at)
                 } else {
                     dev.read_at_nowait(part, base + at)?
                 };
+                if timed {
+                    let t1 = self.clock.now();
+                    self.hdd_latency.sample(t1.saturating_sub(t0), t1);
+                }
                 if let Err(e) = r {
                     Stats::add(&self.stats.dev_errors[t], 1);
                     return Some(Err(io_err(dev.as_ref())(e)));

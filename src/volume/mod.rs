@@ -259,6 +259,8 @@ pub struct Volume {
     moves: Mutex<HashMap<u64, MoveRecord>>,
     /// Foreground requests in progress.
     inflight: AtomicUsize,
+    /// Smoothed latency of foreground HDD reads.
+    hdd_latency: io::Latency,
     /// Counters for metrics.
     stats: Stats,
 }
@@ -482,6 +484,7 @@ impl Volume {
             pins: RwLock::new(pins),
             moves: Mutex::new(HashMap::new()),
             inflight: AtomicUsize::new(0),
+            hdd_latency: io::Latency::default(),
             stats: Stats::default(),
         })
     }
@@ -524,6 +527,13 @@ impl Volume {
     /// Foreground requests in progress.
     pub fn inflight(&self) -> usize {
         self.inflight.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Smoothed latency of foreground HDD reads (on the volume's clock),
+    /// unless none completed within the last second.
+    pub fn hdd_read_latency(&self) -> Option<std::time::Duration> {
+        self.hdd_latency
+            .get(self.clock.now(), std::time::Duration::from_secs(1))
     }
 
     /// Free slots on a tier (not counting slots awaiting a flush).
