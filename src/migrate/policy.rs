@@ -306,6 +306,23 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             prev = Some(e);
         }
         let in_use = |c: &Candidate| active.get(&(c.extent / z)).copied().unwrap_or(0);
+        // Busy zones, grown into neighbouring zones with any activity at
+        // all: a working set spread over many zones (each touched only a
+        // few times while the workload still runs at HDD speed) is found
+        // from its busiest zones outwards, as long as it is contiguous.
+        let mut busy: HashSet<u64> = active
+            .iter()
+            .filter(|(_, n)| **n >= cfg.zone_min_active.max(1))
+            .map(|(zone, _)| *zone)
+            .collect();
+        let mut grow: Vec<u64> = busy.iter().copied().collect();
+        while let Some(zone) = grow.pop() {
+            for nb in [zone.wrapping_sub(1), zone + 1] {
+                if active.contains_key(&nb) && busy.insert(nb) {
+                    grow.push(nb);
+                }
+            }
+        }
         let chosen: HashSet<u64> = promote.iter().map(|(c, _)| c.extent).collect();
         let mut near: Vec<&Candidate> = input
             .candidates
@@ -313,7 +330,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             .filter(|c| {
                 c.tier == Tier::Hdd
                     && c.pin.is_none()
-                    && in_use(c) >= cfg.zone_min_active.max(1)
+                    && busy.contains(&(c.extent / z))
                     && !chosen.contains(&c.extent)
             })
             .collect();
@@ -715,5 +732,32 @@ mod tests {
         // A clearly hotter HDD extent still wins.
         let hotter = c(2, Tier::Hdd, 12.0);
         assert_eq!(plan(&cfg, &input(vec![ssd, hotter], 0, 0)).len(), 2);
+    }
+
+    #[test]
+    fn a_busy_zone_grows_into_active_neighbours_only() {
+        // Zones of 4 extents, busy at 2 separate runs. Zone 1 (4..8) is
+        // busy (runs at 4 and 6); zone 2 (8..12) has one touched extent, so
+        // it joins; zone 3 (12..16) has none and stops the growth, so zone
+        // 4 (16..20), touched once, stays out.
+        let cfg = PolicyConfig {
+            zone_extents: 4,
+            zone_min_active: 2,
+            ..PolicyConfig::default()
+        };
+        let v = vec![
+            touched(4, Tier::Hdd, 1.0, 1),
+            touched(5, Tier::Hdd, 0.0, 0),
+            touched(6, Tier::Hdd, 1.0, 1),
+            touched(9, Tier::Hdd, 1.0, 1),
+            touched(10, Tier::Hdd, 0.0, 0),
+            touched(13, Tier::Hdd, 0.0, 0),
+            touched(17, Tier::Hdd, 1.0, 1),
+            touched(18, Tier::Hdd, 0.0, 0),
+        ];
+        let p = plan(&cfg, &input(v, 20, 0));
+        let mut up: Vec<u64> = p.iter().map(|m| m.extent).collect();
+        up.sort();
+        assert_eq!(up, vec![4, 5, 6, 9, 10], "{p:?}");
     }
 }
