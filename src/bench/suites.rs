@@ -660,7 +660,13 @@ impl Bench {
         // Time as the clock measures it: a step lasts until the migrator's
         // round in it ends, which may be later than `step`.
         let t0 = self.clock_now();
-        while t < 600.0 && t_region.is_none() {
+        // Long enough for a slow convergence to be measured, not cut off.
+        let cap = seq_secs
+            .get("")
+            .copied()
+            .flatten()
+            .map_or(600.0, |q| (10.0 * q).max(600.0));
+        while t < cap && t_region.is_none() {
             let m = self.warm(&spec, step, shift);
             t = self.clock_now().saturating_sub(t0).as_secs_f64();
             let (r, h) = (share(&region), share(&top));
