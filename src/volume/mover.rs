@@ -405,22 +405,8 @@ impl Volume {
     /// Copy `len` bytes from slot `src` on to slot `dst` on, in one read and
     /// one write.
     fn copy_range(&self, src: Loc, dst: Loc, len: u64) -> VolumeResult<()> {
-        let (sdev, ddev) = (self.devices.get(src.tier), self.devices.get(dst.tier));
         let mut buf = vec![0u8; len as usize];
-        sdev.read_at(&mut buf, self.geo.slot_offset(src.slot))
-            .map_err(|e| {
-                Stats::add(&self.stats.dev_errors[src.tier.index()], 1);
-                io_err(sdev.as_ref())(e)
-            })?;
-        ddev.write_at(&buf, self.geo.slot_offset(dst.slot))
-            .map_err(|e| {
-                Stats::add(&self.stats.dev_errors[dst.tier.index()], 1);
-                io_err(ddev.as_ref())(e)
-            })?;
-        Stats::add(&self.stats.dev_reads[src.tier.index()], 1);
-        Stats::add(&self.stats.dev_read_bytes[src.tier.index()], len);
-        Stats::add(&self.stats.dev_writes[dst.tier.index()], 1);
-        Stats::add(&self.stats.dev_write_bytes[dst.tier.index()], len);
+        self.copy_piece(src, dst, 0, &mut buf)?;
         self.dirty[dst.tier.index()].store(true, Ordering::Release);
         Ok(())
     }
@@ -433,11 +419,6 @@ impl Volume {
         written: &Written,
         pace: &mut dyn FnMut(u64),
     ) -> VolumeResult<u64> {
-        let (sdev, ddev) = (self.devices.get(src.tier), self.devices.get(dst.tier));
-        let (sbase, dbase) = (
-            self.geo.slot_offset(src.slot),
-            self.geo.slot_offset(dst.slot),
-        );
         let mut buf = vec![0u8; COPY_CHUNK as usize];
         let mut copied = 0;
         let blocks = self.geo.blocks_per_extent();
@@ -449,25 +430,35 @@ impl Volume {
             while pos < end {
                 let len = (end - pos).min(COPY_CHUNK);
                 pace(len);
-                let chunk = &mut buf[..len as usize];
-                sdev.read_at(chunk, sbase + pos).map_err(|e| {
-                    Stats::add(&self.stats.dev_errors[src.tier.index()], 1);
-                    io_err(sdev.as_ref())(e)
-                })?;
-                ddev.write_at(chunk, dbase + pos).map_err(|e| {
-                    Stats::add(&self.stats.dev_errors[dst.tier.index()], 1);
-                    io_err(ddev.as_ref())(e)
-                })?;
-                Stats::add(&self.stats.dev_reads[src.tier.index()], 1);
-                Stats::add(&self.stats.dev_read_bytes[src.tier.index()], len);
-                Stats::add(&self.stats.dev_writes[dst.tier.index()], 1);
-                Stats::add(&self.stats.dev_write_bytes[dst.tier.index()], len);
+                self.copy_piece(src, dst, pos, &mut buf[..len as usize])?;
                 pos += len;
                 copied += len;
             }
         }
         self.dirty[dst.tier.index()].store(true, Ordering::Release);
         Ok(copied)
+    }
+
+    /// One device-to-device copy of `buf.len()` bytes at `at` into slot
+    /// `src` and slot `dst`, through `buf`, counted.
+    fn copy_piece(&self, src: Loc, dst: Loc, at: u64, buf: &mut [u8]) -> VolumeResult<()> {
+        let (sdev, ddev) = (self.devices.get(src.tier), self.devices.get(dst.tier));
+        sdev.read_at(buf, self.geo.slot_offset(src.slot) + at)
+            .map_err(|e| {
+                Stats::add(&self.stats.dev_errors[src.tier.index()], 1);
+                io_err(sdev.as_ref())(e)
+            })?;
+        ddev.write_at(buf, self.geo.slot_offset(dst.slot) + at)
+            .map_err(|e| {
+                Stats::add(&self.stats.dev_errors[dst.tier.index()], 1);
+                io_err(ddev.as_ref())(e)
+            })?;
+        let len = buf.len() as u64;
+        Stats::add(&self.stats.dev_reads[src.tier.index()], 1);
+        Stats::add(&self.stats.dev_read_bytes[src.tier.index()], len);
+        Stats::add(&self.stats.dev_writes[dst.tier.index()], 1);
+        Stats::add(&self.stats.dev_write_bytes[dst.tier.index()], len);
+        Ok(())
     }
 
     /// Pin the extents overlapping `[offset, offset+len)` to `tier`
