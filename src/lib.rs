@@ -8,6 +8,7 @@
 //! - [`control`]: the control API (JSON lines over a Unix socket).
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 
+mod accept;
 pub mod bench;
 pub mod clock;
 pub mod config;

@@ -23,7 +23,6 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
 use crate::control::live::REASONS;
@@ -230,32 +229,18 @@ pub async fn serve(
     live: Arc<Live>,
     shutdown: impl Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
-    let mut conns = JoinSet::new();
-    loop {
-        while conns.try_join_next().is_some() {}
-        tokio::select! {
-            () = &mut shutdown => break,
-            r = listener.accept() => match r {
-                Ok((stream, _)) => {
-                    let (h, l) = (handle.clone(), live.clone());
-                    conns.spawn(async move {
-                        let r = tokio::time::timeout(Duration::from_secs(10), http(stream, &h, &l)).await;
-                        match r {
-                            Ok(Err(e)) => debug!("metrics connection: {e}"),
-                            Err(_) => debug!("metrics connection timed out"),
-                            Ok(Ok(())) => {}
-                        }
-                    });
-                }
-                Err(e) => {
-                    warn!("metrics accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+    crate::accept::serve_until(listener, "metrics", shutdown, |stream| {
+        let (h, l) = (handle.clone(), live.clone());
+        async move {
+            let r = tokio::time::timeout(Duration::from_secs(10), http(stream, &h, &l)).await;
+            match r {
+                Ok(Err(e)) => debug!("metrics connection: {e}"),
+                Err(_) => debug!("metrics connection timed out"),
+                Ok(Ok(())) => {}
+            }
         }
-    }
-    conns.abort_all();
+    })
+    .await;
 }
 
 /// Answer one HTTP/1.x request and close.

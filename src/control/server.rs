@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::task::JoinSet;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::{
     Ack, Explain, Live, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder,
@@ -61,29 +60,15 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
 
 /// Answer control connections until `shutdown` completes.
 pub async fn serve(listener: UnixListener, live: Arc<Live>, shutdown: impl Future<Output = ()>) {
-    tokio::pin!(shutdown);
-    let mut conns = JoinSet::new();
-    loop {
-        while conns.try_join_next().is_some() {}
-        tokio::select! {
-            () = &mut shutdown => break,
-            r = listener.accept() => match r {
-                Ok((stream, _)) => {
-                    let live = live.clone();
-                    conns.spawn(async move {
-                        if let Err(e) = connection(stream, live).await {
-                            debug!("control connection ended: {e}");
-                        }
-                    });
-                }
-                Err(e) => {
-                    warn!("control accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            },
+    crate::accept::serve_until(listener, "control", shutdown, |stream| {
+        let live = live.clone();
+        async move {
+            if let Err(e) = connection(stream, live).await {
+                debug!("control connection ended: {e}");
+            }
         }
-    }
-    conns.abort_all();
+    })
+    .await;
 }
 
 async fn connection(stream: UnixStream, live: Arc<Live>) -> std::io::Result<()> {
