@@ -2,97 +2,15 @@
 //! documented defaults, layered by the `config` crate: built-in defaults <
 //! config file < `TIERD_*` environment < command-line flags, then validated.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::heat::HeatConfig;
 use crate::migrate::MigrateConfig;
+use crate::units::{duration_secs, ByteSize};
 use crate::volume::{MAX_EXTENT_SIZE, MIN_EXTENT_SIZE};
-
-/// A byte count written as a number or with a unit (`4GiB`, `512k`, `1 MiB`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ByteSize(pub u64);
-
-/// Why a size does not parse.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid size {0:?}: use a number of bytes or a unit such as 64KiB, 1MiB, 4GiB, 1TiB")]
-pub struct SizeError(pub String);
-
-impl ByteSize {
-    /// Parse `123`, `64KiB`, `64K`, `64kb`, `1.5GiB` (binary units throughout).
-    pub fn parse(s: &str) -> Result<Self, SizeError> {
-        let t = s.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let unit = unit.trim().to_ascii_lowercase();
-        let mult: u64 = match unit.as_str() {
-            "" | "b" => 1,
-            "k" | "kb" | "kib" => 1 << 10,
-            "m" | "mb" | "mib" => 1 << 20,
-            "g" | "gb" | "gib" => 1 << 30,
-            "t" | "tb" | "tib" => 1 << 40,
-            _ => return Err(SizeError(s.to_string())),
-        };
-        let err = || SizeError(s.to_string());
-        if num.is_empty() {
-            return Err(err());
-        }
-        if let Ok(n) = num.parse::<u64>() {
-            return n.checked_mul(mult).map(ByteSize).ok_or_else(err);
-        }
-        let f: f64 = num.parse().map_err(|_| err())?;
-        let v = f * mult as f64;
-        if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 || v.fract() != 0.0 {
-            return Err(err());
-        }
-        Ok(ByteSize(v as u64))
-    }
-}
-
-impl fmt::Display for ByteSize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
-        for (name, shift) in UNITS {
-            if self.0 >= 1 << shift && self.0.is_multiple_of(1 << shift) {
-                return write!(f, "{}{}", self.0 >> shift, name);
-            }
-        }
-        write!(f, "{}", self.0)
-    }
-}
-
-impl std::str::FromStr for ByteSize {
-    type Err = SizeError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ByteSize::parse(s)
-    }
-}
-
-impl Serialize for ByteSize {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
-    }
-}
-
-impl<'de> Deserialize<'de> for ByteSize {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u64),
-            S(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::N(n) => Ok(ByteSize(n)),
-            Raw::S(s) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
-        }
-    }
-}
 
 /// Everything `tierd serve` and `tierd format` are configured with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -568,21 +486,6 @@ fn tracing_level_ok(s: &str) -> Result<(), ()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn sizes_parse_and_print() {
-        assert_eq!(ByteSize::parse("4GiB"), Ok(ByteSize(4 << 30)));
-        assert_eq!(ByteSize::parse("64k"), Ok(ByteSize(64 << 10)));
-        assert_eq!(ByteSize::parse(" 1 MiB "), Ok(ByteSize(1 << 20)));
-        assert_eq!(ByteSize::parse("1.5GiB"), Ok(ByteSize(3 << 29)));
-        assert_eq!(ByteSize::parse("12345"), Ok(ByteSize(12345)));
-        assert!(ByteSize::parse("4 parsecs").is_err());
-        assert!(ByteSize::parse("").is_err());
-        assert!(ByteSize::parse("GiB").is_err());
-        assert!(ByteSize::parse("99999999999TiB").is_err());
-        assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
-        assert_eq!(ByteSize(1000).to_string(), "1000");
-    }
-
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
@@ -642,59 +545,5 @@ mod tests {
         std::fs::write(&file, "no-such-key = 1\n").unwrap();
         let e = Config::load(Some(&file), env(&[]), &[]).unwrap_err();
         assert!(e.to_string().contains("no-such-key"), "{e}");
-    }
-}
-
-/// Durations in the configuration: a number of seconds or a string with a
-/// unit (`500ms`, `60s`, `5m`, `1h`).
-pub mod duration_secs {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    /// Parse `500ms`, `60s`, `5m`, `1h` or a bare number of seconds.
-    pub fn parse(s: &str) -> Option<Duration> {
-        let t = s.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let n: f64 = num.parse().ok()?;
-        let secs = match unit.trim() {
-            "" | "s" => n,
-            "ms" => n / 1000.0,
-            "m" | "min" => n * 60.0,
-            "h" => n * 3600.0,
-            _ => return None,
-        };
-        (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
-    }
-
-    /// Serialize as a string with a unit.
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        if d.subsec_nanos() == 0 {
-            s.serialize_str(&format!("{}s", d.as_secs()))
-        } else {
-            s.serialize_str(&format!("{}ms", d.as_millis()))
-        }
-    }
-
-    /// Deserialize from seconds or a string with a unit.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(f64),
-            S(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::N(n) if n.is_finite() && n >= 0.0 => Ok(Duration::from_secs_f64(n)),
-            Raw::N(n) => Err(serde::de::Error::custom(format!("invalid duration {n}"))),
-            Raw::S(s) => parse(&s).ok_or_else(|| {
-                serde::de::Error::custom(format!(
-                    "invalid duration {s:?}: use a number of seconds or 500ms, 60s, 5m, 1h"
-                ))
-            }),
-        }
     }
 }

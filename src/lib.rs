@@ -20,4 +20,5 @@ pub mod migrate;
 pub mod nbd;
 pub mod service;
 pub mod store;
+pub mod units;
 pub mod volume;

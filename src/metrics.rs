@@ -25,8 +25,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
-use crate::control::live::REASONS;
 use crate::control::Live;
+use crate::units::REASONS;
 use crate::volume::{Stats, Tier};
 
 /// Histogram buckets of request latencies, in seconds (50 µs .. 10 s).

@@ -11,9 +11,9 @@ mod raw_client;
 use std::sync::Arc;
 
 use tierd::device::{BlockDevice, FaultDevice, FaultOp, FaultRule, MemDevice};
-use tierd::migrate::Reason;
 use tierd::nbd::{Export, Server, ServerOptions};
 use tierd::store::{MemStore, MetaStore};
+use tierd::units::Reason;
 use tierd::volume::{Devices, FormatOptions, MoveOutcome, Stats, Tier, Volume};
 
 const EXTENT: u64 = 64 * 1024;

@@ -80,7 +80,7 @@ impl Rig {
         };
         let vol = Arc::new(Volume::open_with(devices, store, vopts).expect("open"));
         let cfg = MigrateConfig {
-            bandwidth: tierd::config::ByteSize(0),
+            bandwidth: tierd::units::ByteSize(0),
             busy_latency: Duration::from_millis(100),
             max_backoff: Duration::from_millis(500),
             ..MigrateConfig::default()

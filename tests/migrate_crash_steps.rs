@@ -9,7 +9,7 @@ mod support;
 
 use std::sync::Arc;
 use support::*;
-use tierd::migrate::Reason;
+use tierd::units::Reason;
 
 use tierd::volume::{MoveOutcome, MoveStep, Tier, Volume};
 

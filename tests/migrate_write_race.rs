@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread;
 
 use support::*;
-use tierd::migrate::Reason;
+use tierd::units::Reason;
 use tierd::volume::{MoveOutcome, Tier};
 
 #[test]

@@ -11,7 +11,7 @@ mod durability_model;
 mod support;
 
 use rand::{Rng, SeedableRng};
-use tierd::migrate::Reason;
+use tierd::units::Reason;
 use tierd::volume::{MoveStep, Tier, Volume};
 
 use durability_model::{block_bytes, block_id, Model, BLOCK};

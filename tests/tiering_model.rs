@@ -7,7 +7,7 @@ mod support;
 
 use rand::{Rng, SeedableRng};
 use support::*;
-use tierd::migrate::Reason;
+use tierd::units::Reason;
 use tierd::volume::Tier;
 
 #[test]

@@ -6,14 +6,15 @@
 mod support;
 
 use support::*;
-use tierd::heat::IoHint;
-use tierd::migrate::{MigrateConfig, Migrator, Reason};
+use tierd::migrate::{MigrateConfig, Migrator};
+use tierd::units::IoHint;
+use tierd::units::Reason;
 use tierd::volume::Tier;
 
 /// A migrator with zones of 8 extents, busy at 3 separate runs.
 fn migrator(bed: &Bed, vol: &std::sync::Arc<tierd::volume::Volume>) -> Migrator {
     let mut cfg = MigrateConfig {
-        bandwidth: tierd::config::ByteSize(0),
+        bandwidth: tierd::units::ByteSize(0),
         ..MigrateConfig::default()
     };
     cfg.policy.zone_extents = 8;

@@ -5,7 +5,7 @@
 mod support;
 
 use support::*;
-use tierd::migrate::Reason;
+use tierd::units::Reason;
 use tierd::volume::{Stats, Tier};
 
 #[test]

@@ -5,7 +5,7 @@
 mod support;
 
 use support::*;
-use tierd::heat::IoHint;
+use tierd::units::IoHint;
 use tierd::volume::Tier;
 
 #[test]

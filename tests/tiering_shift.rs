@@ -4,7 +4,7 @@
 mod support;
 
 use support::*;
-use tierd::migrate::Reason;
+use tierd::units::Reason;
 use tierd::volume::Tier;
 
 #[test]

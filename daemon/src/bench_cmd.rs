@@ -6,8 +6,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use tierd::bench::{self, BenchOptions, ClockKind};
-use tierd::config::ByteSize;
 use tierd::device::model::ModelKind;
+use tierd::units::ByteSize;
 
 /// Flags of `tierd bench`.
 #[derive(Args, Clone)]

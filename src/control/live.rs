@@ -14,7 +14,7 @@ use crate::migrate::Migrator;
 use crate::volume::{Stats, Tier, Volume};
 
 /// Every migration reason, in the order status reports them.
-pub use crate::volume::REASONS;
+pub use crate::units::REASONS;
 
 /// How many one-second samples the migration rate is computed over.
 const RATE_SAMPLES: usize = 11;

@@ -18,7 +18,8 @@ pub use server::{bind, handle, serve, ControlError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::migrate::{MigrateConfig, Reason};
+use crate::migrate::MigrateConfig;
+use crate::units::Reason;
 use crate::volume::{Placement, Tier};
 
 /// Longest request line the server reads.

@@ -19,9 +19,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::config::ByteSize;
+use crate::units::ByteSize;
 
-pub use crate::nbd::IoHint;
+pub use crate::units::IoHint;
 
 /// Heat knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -31,11 +31,11 @@ pub struct HeatConfig {
     /// what heat tracking costs).
     pub enabled: bool,
     /// Half-life of an extent's score.
-    #[serde(with = "crate::config::duration_secs")]
+    #[serde(with = "crate::units::duration_secs")]
     pub half_life: Duration,
     /// Length of a block-coverage window; coverage spans the current and the
     /// previous window.
-    #[serde(with = "crate::config::duration_secs")]
+    #[serde(with = "crate::units::duration_secs")]
     pub coverage_window: Duration,
     /// A stream longer than this many contiguous bytes is sequential: it earns
     /// no heat.

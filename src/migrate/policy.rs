@@ -39,39 +39,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::units::Reason;
 use crate::volume::Tier;
-
-/// Why an extent moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Reason {
-    /// Hot on the HDD.
-    Hot,
-    /// Prefetched: next to extents in use (its zone is busy).
-    Near,
-    /// Cold on the SSD, swapped out for a hotter extent.
-    Cold,
-    /// Demoted to restore the SSD reserve.
-    Reserve,
-    /// Moved to honour a pin.
-    Pin,
-    /// Moved on an operator's request.
-    Manual,
-}
-
-impl Reason {
-    /// Lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Reason::Hot => "hot",
-            Reason::Near => "near",
-            Reason::Cold => "cold",
-            Reason::Reserve => "reserve",
-            Reason::Pin => "pin",
-            Reason::Manual => "manual",
-        }
-    }
-}
 
 /// One planned move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, error, warn};
 
 use super::bucket::TokenBucket;
-use super::policy::{plan, PlanInput, PolicyConfig, Reason};
-use crate::config::ByteSize;
+use super::policy::{plan, PlanInput, PolicyConfig};
+use crate::units::ByteSize;
+use crate::units::Reason;
 use crate::volume::{MoveOutcome, Stats, Tier, Volume};
 
 /// Migration knobs.
@@ -30,7 +31,7 @@ pub struct MigrateConfig {
     /// Run the background migrator at all.
     pub enabled: bool,
     /// Time between planning rounds.
-    #[serde(with = "crate::config::duration_secs")]
+    #[serde(with = "crate::units::duration_secs")]
     pub interval: Duration,
     /// Background copy bandwidth cap in bytes/s (0: unlimited).
     pub bandwidth: ByteSize,
@@ -39,22 +40,22 @@ pub struct MigrateConfig {
     pub reserve_boost: f64,
     /// The reserve keeps room for this long of the recent foreground write
     /// rate; only the rest may be lent to promotions.
-    #[serde(with = "crate::config::duration_secs")]
+    #[serde(with = "crate::units::duration_secs")]
     pub reserve_horizon: Duration,
     /// Foreground requests in flight at or above which migration waits.
     pub busy_inflight: usize,
     /// Smoothed latency of foreground HDD reads at or above which migration
     /// waits (0: never).
-    #[serde(with = "crate::config::duration_secs")]
+    #[serde(with = "crate::units::duration_secs")]
     pub busy_latency: Duration,
     /// Longest wait for foreground I/O to calm down before one batch.
-    #[serde(with = "crate::config::duration_secs")]
+    #[serde(with = "crate::units::duration_secs")]
     pub max_backoff: Duration,
     /// Moves carried out together (one sync and one flush; neighbouring
     /// slots copied with one large read and write).
     pub batch: usize,
     /// How often heat scores are saved to the metadata store.
-    #[serde(with = "crate::config::duration_secs")]
+    #[serde(with = "crate::units::duration_secs")]
     pub heat_save_interval: Duration,
     /// The placement policy.
     #[serde(flatten)]

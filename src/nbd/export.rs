@@ -10,6 +10,8 @@ use std::io;
 
 use parking_lot::Mutex;
 
+use crate::units::IoHint;
+
 /// Why an export operation failed; each maps to one NBD errno.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -44,14 +46,6 @@ impl ExportError {
             ExportError::Io(_) => 5,                                        // EIO
         }
     }
-}
-
-/// What the protocol layer knows about a request's place in a stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct IoHint {
-    /// Bytes of contiguous I/O this connection's stream has done up to and
-    /// including this request (0 when unknown).
-    pub seq_run: u64,
 }
 
 /// One run of a block-status answer for `base:allocation`.

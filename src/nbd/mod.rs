@@ -11,6 +11,6 @@ pub mod proto;
 pub mod server;
 pub mod tls;
 
-pub use export::{Export, ExportError, IoHint, MemExport, StatusRun};
+pub use export::{Export, ExportError, MemExport, StatusRun};
 pub use server::{ConnectionError, Server, ServerOptions};
 pub use tls::{ServerTls, TlsError, TlsFiles};

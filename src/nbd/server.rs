@@ -29,9 +29,10 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tracing::{debug, warn, Instrument};
 
-use super::export::{Export, ExportError, IoHint, StatusRun};
+use super::export::{Export, ExportError, StatusRun};
 use super::proto::{self, Descriptor, OptionHeader, Request};
 use super::tls::ServerTls;
+use crate::units::IoHint;
 
 /// Options longer than [`proto::MAX_OPTION_LEN`] but at most this long are
 /// read, discarded and refused with `NBD_REP_ERR_TOO_BIG`; longer ones end

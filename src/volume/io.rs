@@ -16,8 +16,8 @@ use super::extent::{Loc, Mapping, Written};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::stats::Stats;
 use super::{io_err, Volume, VolumeError, VolumeResult};
-use crate::heat::IoHint;
 use crate::nbd::{Export, ExportError, StatusRun};
+use crate::units::IoHint;
 
 /// Counts a foreground request in progress for as long as it lives.
 struct InFlight<'a>(&'a AtomicUsize);

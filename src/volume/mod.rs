@@ -15,7 +15,7 @@ mod stats;
 mod superblock;
 
 pub use mover::{MoveOutcome, MoveRecord, MoveStep, Pin, Placement, MERGE_MAX};
-pub use stats::{Stats, REASONS};
+pub use stats::Stats;
 
 pub use extent::{Loc, Mapping, RecordError, Written};
 pub use geometry::{

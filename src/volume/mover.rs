@@ -30,7 +30,7 @@ use super::extent::{Loc, Written};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::stats::Stats;
 use super::{io_err, Volume, VolumeError, VolumeResult, PINS_KEY};
-use crate::migrate::Reason;
+use crate::units::Reason;
 
 /// Bytes copied per device I/O during a migration.
 const COPY_CHUNK: u64 = 1 << 20;

@@ -3,19 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::migrate::Reason;
+use crate::units::{Reason, REASONS};
 
 use super::geometry::Tier;
-
-/// Reasons in counter order.
-pub const REASONS: [Reason; 6] = [
-    Reason::Hot,
-    Reason::Near,
-    Reason::Cold,
-    Reason::Reserve,
-    Reason::Pin,
-    Reason::Manual,
-];
 
 /// Monotonic counters; all relaxed atomics.
 #[derive(Default, Debug)]

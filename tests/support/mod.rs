@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use tierd::clock::ManualClock;
 use tierd::device::{BlockDevice, MemDevice};
-use tierd::heat::{HeatConfig, IoHint};
+use tierd::heat::HeatConfig;
 use tierd::migrate::{MigrateConfig, Migrator, RoundReport};
 use tierd::store::{MemStore, MetaStore};
+use tierd::units::IoHint;
 use tierd::volume::{Devices, FormatOptions, Tier, Volume, VolumeOptions};
 
 pub const EXTENT: u64 = 64 * 1024;
@@ -35,7 +36,7 @@ impl Bed {
                 half_life: Duration::from_secs(10),
                 coverage_window: Duration::from_secs(10),
                 // Scaled to the small test geometry: 4 extents.
-                sequential_cutoff: tierd::config::ByteSize(4 * EXTENT),
+                sequential_cutoff: tierd::units::ByteSize(4 * EXTENT),
                 ..HeatConfig::default()
             },
         };
@@ -73,7 +74,7 @@ impl Bed {
 
     pub fn migrator(&self, vol: &Arc<Volume>) -> Migrator {
         let cfg = MigrateConfig {
-            bandwidth: tierd::config::ByteSize(0),
+            bandwidth: tierd::units::ByteSize(0),
             ..MigrateConfig::default()
         };
         Migrator::new(vol.clone(), cfg)

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
-use tierd::config::ByteSize;
 use tierd::control::{
     Ack, Explain, MigrateAction, PlacementMap, Request, Response, Status, TopEntry, TopOrder, Where,
 };
 use tierd::device::{BlockDevice, FileDevice};
+use tierd::units::ByteSize;
 use tierd::volume::{detect_content, Superblock, Tier, PROBE_SIZE};
 
 #[derive(Parser)]

@@ -1,0 +1,214 @@
+//! Shared vocabulary of every layer: byte sizes and durations as the
+//! configuration writes them, the I/O hint a request carries down to heat
+//! tracking, and the reasons a migration moves an extent. It imports nothing
+//! of the crate; everything else may import it.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A byte count written as a number or with a unit (`4GiB`, `512k`, `1 MiB`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByteSize(pub u64);
+
+/// Why a size does not parse.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid size {0:?}: use a number of bytes or a unit such as 64KiB, 1MiB, 4GiB, 1TiB")]
+pub struct SizeError(pub String);
+
+impl ByteSize {
+    /// Parse `123`, `64KiB`, `64K`, `64kb`, `1.5GiB` (binary units throughout).
+    pub fn parse(s: &str) -> Result<Self, SizeError> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let unit = unit.trim().to_ascii_lowercase();
+        let mult: u64 = match unit.as_str() {
+            "" | "b" => 1,
+            "k" | "kb" | "kib" => 1 << 10,
+            "m" | "mb" | "mib" => 1 << 20,
+            "g" | "gb" | "gib" => 1 << 30,
+            "t" | "tb" | "tib" => 1 << 40,
+            _ => return Err(SizeError(s.to_string())),
+        };
+        let err = || SizeError(s.to_string());
+        if num.is_empty() {
+            return Err(err());
+        }
+        if let Ok(n) = num.parse::<u64>() {
+            return n.checked_mul(mult).map(ByteSize).ok_or_else(err);
+        }
+        let f: f64 = num.parse().map_err(|_| err())?;
+        let v = f * mult as f64;
+        if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 || v.fract() != 0.0 {
+            return Err(err());
+        }
+        Ok(ByteSize(v as u64))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
+        for (name, shift) in UNITS {
+            if self.0 >= 1 << shift && self.0.is_multiple_of(1 << shift) {
+                return write!(f, "{}{}", self.0 >> shift, name);
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::str::FromStr for ByteSize {
+    type Err = SizeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ByteSize::parse(s)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(ByteSize(n)),
+            Raw::S(s) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// What the protocol layer knows about a request's place in a stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoHint {
+    /// Bytes of contiguous I/O this connection's stream has done up to and
+    /// including this request (0 when unknown).
+    pub seq_run: u64,
+}
+
+/// Why an extent moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// Hot on the HDD.
+    Hot,
+    /// Prefetched: next to extents in use (its zone is busy).
+    Near,
+    /// Cold on the SSD, swapped out for a hotter extent.
+    Cold,
+    /// Demoted to restore the SSD reserve.
+    Reserve,
+    /// Moved to honour a pin.
+    Pin,
+    /// Moved on an operator's request.
+    Manual,
+}
+
+impl Reason {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Hot => "hot",
+            Reason::Near => "near",
+            Reason::Cold => "cold",
+            Reason::Reserve => "reserve",
+            Reason::Pin => "pin",
+            Reason::Manual => "manual",
+        }
+    }
+}
+
+/// Reasons in counter order.
+pub const REASONS: [Reason; 6] = [
+    Reason::Hot,
+    Reason::Near,
+    Reason::Cold,
+    Reason::Reserve,
+    Reason::Pin,
+    Reason::Manual,
+];
+
+/// Durations in the configuration: a number of seconds or a string with a
+/// unit (`500ms`, `60s`, `5m`, `1h`).
+pub mod duration_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Parse `500ms`, `60s`, `5m`, `1h` or a bare number of seconds.
+    pub fn parse(s: &str) -> Option<Duration> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: f64 = num.parse().ok()?;
+        let secs = match unit.trim() {
+            "" | "s" => n,
+            "ms" => n / 1000.0,
+            "m" | "min" => n * 60.0,
+            "h" => n * 3600.0,
+            _ => return None,
+        };
+        (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+    }
+
+    /// Serialize as a string with a unit.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        if d.subsec_nanos() == 0 {
+            s.serialize_str(&format!("{}s", d.as_secs()))
+        } else {
+            s.serialize_str(&format!("{}ms", d.as_millis()))
+        }
+    }
+
+    /// Deserialize from seconds or a string with a unit.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(f64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) if n.is_finite() && n >= 0.0 => Ok(Duration::from_secs_f64(n)),
+            Raw::N(n) => Err(serde::de::Error::custom(format!("invalid duration {n}"))),
+            Raw::S(s) => parse(&s).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "invalid duration {s:?}: use a number of seconds or 500ms, 60s, 5m, 1h"
+                ))
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_print() {
+        assert_eq!(ByteSize::parse("4GiB"), Ok(ByteSize(4 << 30)));
+        assert_eq!(ByteSize::parse("64k"), Ok(ByteSize(64 << 10)));
+        assert_eq!(ByteSize::parse(" 1 MiB "), Ok(ByteSize(1 << 20)));
+        assert_eq!(ByteSize::parse("1.5GiB"), Ok(ByteSize(3 << 29)));
+        assert_eq!(ByteSize::parse("12345"), Ok(ByteSize(12345)));
+        assert!(ByteSize::parse("4 parsecs").is_err());
+        assert!(ByteSize::parse("").is_err());
+        assert!(ByteSize::parse("GiB").is_err());
+        assert!(ByteSize::parse("99999999999TiB").is_err());
+        assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+}
