@@ -200,7 +200,7 @@ fn migration_fault(on: Tier, fault: FaultRule) {
     let errs_before = Stats::get(&vol.stats().dev_errors[on.index()]);
     rig.dev(on).add(fault);
 
-    let r = vol.migrate_extent(2, to, Reason::Manual, &mut |_| {}, None);
+    let r = vol.migrate_extent(2, to, Reason::Manual, &mut |_| {});
     assert!(r.is_err(), "migration through a failing device: {r:?}");
     assert_eq!(
         vol.mapping(2).expect("still mapped").loc,
@@ -223,7 +223,7 @@ fn migration_fault(on: Tier, fault: FaultRule) {
     assert_eq!(read(&vol, 2 * EXTENT, EXTENT as usize), data);
 
     let r = vol
-        .migrate_extent(2, to, Reason::Manual, &mut |_| {}, None)
+        .migrate_extent(2, to, Reason::Manual, &mut |_| {})
         .expect("retry");
     assert!(matches!(r, MoveOutcome::Moved(_)), "retry: {r:?}");
     assert_eq!(vol.mapping(2).expect("mapped").loc.tier, to);

@@ -33,8 +33,11 @@ fn run(step: Option<MoveStep>, power_cut: bool) {
     vol.flush().expect("flush");
     assert_eq!(tier_of(&vol, 0), Some(Tier::Ssd));
     for extent in [0u64, 1] {
+        if let Some(s) = step {
+            vol.arm_crash_after(s);
+        }
         let out = vol
-            .migrate_extent(extent, Tier::Hdd, Reason::Manual, &mut |_| {}, step)
+            .migrate_extent(extent, Tier::Hdd, Reason::Manual, &mut |_| {})
             .expect("migrate");
         match step {
             Some(s) => assert_eq!(out, MoveOutcome::Stopped(s)),
@@ -78,7 +81,7 @@ fn run(step: Option<MoveStep>, power_cut: bool) {
             .into_iter()
             .map(|e| {
                 let o = vol
-                    .migrate_extent(e, Tier::Hdd, Reason::Manual, &mut |_| {}, None)
+                    .migrate_extent(e, Tier::Hdd, Reason::Manual, &mut |_| {})
                     .expect("migrate again");
                 (e, o)
             })
@@ -137,8 +140,11 @@ fn run_batch(step: Option<MoveStep>, power_cut: bool) {
     let batch: Vec<(u64, Reason)> = (0..5).map(|e| (e, Reason::Manual)).collect();
     let reads = |v: &Volume| tierd::volume::Stats::get(&v.stats().dev_reads[Tier::Ssd.index()]);
     let before = reads(&vol);
+    if let Some(s) = step {
+        vol.arm_crash_after(s);
+    }
     let out = vol
-        .migrate_batch(&batch, Tier::Hdd, &mut |_| {}, step)
+        .migrate_batch(&batch, Tier::Hdd, &mut |_| {})
         .expect("migrate");
     assert_eq!(out.len(), 5, "{out:?}");
     for (_, o) in &out {
@@ -173,7 +179,7 @@ fn run_batch(step: Option<MoveStep>, power_cut: bool) {
     let vol = bed.open();
     check(&vol);
     finish(&bed, vol, &check, &|vol| {
-        vol.migrate_batch(&batch, Tier::Hdd, &mut |_| {}, None)
+        vol.migrate_batch(&batch, Tier::Hdd, &mut |_| {})
             .expect("migrate again")
     });
 }

@@ -55,7 +55,7 @@ fn no_write_is_lost_or_torn_while_its_extent_moves() {
             while !done.load(Ordering::Relaxed) {
                 for e in 0..3 {
                     match vol
-                        .migrate_extent(e, to, Reason::Manual, &mut |_| {}, None)
+                        .migrate_extent(e, to, Reason::Manual, &mut |_| {})
                         .expect("migrate")
                     {
                         MoveOutcome::Moved(_) => moved += 1,

@@ -143,7 +143,8 @@ fn run(seed: u64, cuts: u64) -> Figures {
                         MoveStep::Flushed,
                     ];
                     let step = steps[rng.gen_range(0..steps.len())];
-                    let _ = vol.migrate_extent(e, to, Reason::Manual, &mut |_| {}, Some(step));
+                    vol.arm_crash_after(step);
+                    let _ = vol.migrate_extent(e, to, Reason::Manual, &mut |_| {});
                     fig.stopped_moves += 1;
                     break;
                 }

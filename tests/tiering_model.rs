@@ -64,7 +64,7 @@ fn random_ops_with_migrations_match_the_model() {
                     Tier::Hdd
                 };
                 let out = vol
-                    .migrate_extent(e, to, Reason::Manual, &mut |_| {}, None)
+                    .migrate_extent(e, to, Reason::Manual, &mut |_| {})
                     .expect("migrate");
                 if matches!(out, tierd::volume::MoveOutcome::Moved(_)) {
                     moved += 1;

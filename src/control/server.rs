@@ -14,7 +14,7 @@ use super::{
     Ack, Explain, Live, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder,
     Where, MAX_LINE,
 };
-use crate::migrate::policy::effective;
+use crate::migrate::policy::{candidates, effective};
 use crate::volume::Tier;
 
 /// Why the control socket cannot be set up.
@@ -161,8 +161,7 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
         Request::Top { order, n } => {
             let policy = live.migrator.config().policy;
             let bpe = vol.geometry().blocks_per_extent();
-            let mut c: Vec<_> = vol
-                .candidates()
+            let mut c: Vec<_> = candidates(vol, vol.heat())
                 .into_iter()
                 .map(|c| (effective(&policy, &c, bpe), c))
                 .collect();

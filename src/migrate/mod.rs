@@ -7,5 +7,5 @@ pub mod policy;
 pub mod worker;
 
 pub use bucket::TokenBucket;
-pub use policy::{plan, Candidate, Move, PlanInput, PolicyConfig};
+pub use policy::{candidates, plan, Candidate, Move, PlanInput, PolicyConfig};
 pub use worker::{MigrateConfig, Migrator, RoundReport};

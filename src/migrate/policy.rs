@@ -39,8 +39,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::heat::HeatMap;
 use crate::units::Reason;
-use crate::volume::Tier;
+use crate::volume::{pin_in, Tier, Volume};
 
 /// One planned move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,23 @@ pub struct Candidate {
     pub pin: Option<Tier>,
     /// Its slot on its tier (orders the copies for the HDD's sake).
     pub slot: u32,
+}
+
+/// The policy's view of every mapped extent of `vol`, with heat from `heat`
+/// and the pins in force.
+pub fn candidates(vol: &Volume, heat: &HeatMap) -> Vec<Candidate> {
+    let pins = vol.pins();
+    vol.mapped_extents()
+        .into_iter()
+        .map(|(e, loc)| Candidate {
+            extent: e,
+            tier: loc.tier,
+            slot: loc.slot,
+            score: heat.score(e),
+            coverage: heat.coverage(e),
+            pin: pin_in(&pins, e),
+        })
+        .collect()
 }
 
 /// Policy knobs.

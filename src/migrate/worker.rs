@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, error, warn};
 
 use super::bucket::TokenBucket;
-use super::policy::{plan, PlanInput, PolicyConfig};
+use super::policy::{candidates, plan, PlanInput, PolicyConfig};
 use crate::units::ByteSize;
 use crate::units::Reason;
 use crate::volume::{MoveOutcome, Stats, Tier, Volume};
@@ -269,7 +269,7 @@ impl Migrator {
         }
         let geo = *vol.geometry();
         let input = PlanInput {
-            candidates: vol.candidates(),
+            candidates: candidates(vol, vol.heat()),
             ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
             reserve: self.reserve_extents(),
             blocks_per_extent: geo.blocks_per_extent(),
@@ -328,7 +328,7 @@ impl Migrator {
                 let wait = bucket.lock().take(n, vol.clock().now());
                 sleep(wait);
             };
-            match vol.migrate_batch(&batch, first.to, &mut pace, None) {
+            match vol.migrate_batch(&batch, first.to, &mut pace) {
                 Ok(outcomes) => {
                     for (extent, o) in outcomes {
                         match o {

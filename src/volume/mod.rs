@@ -8,13 +8,15 @@
 
 mod alloc;
 mod extent;
+mod failpoint;
 mod geometry;
 mod io;
 mod mover;
 mod stats;
 mod superblock;
 
-pub use mover::{MoveOutcome, MoveRecord, MoveStep, Pin, Placement, MERGE_MAX};
+pub use failpoint::MoveStep;
+pub use mover::{pin_in, MoveOutcome, MoveRecord, Pin, Placement, MERGE_MAX};
 pub use stats::Stats;
 
 pub use extent::{Loc, Mapping, RecordError, Written};
@@ -263,6 +265,8 @@ pub struct Volume {
     hdd_latency: io::Latency,
     /// Counters for metrics.
     stats: Stats,
+    /// A test's armed crash point for the next migration.
+    failpoint: failpoint::Failpoint,
 }
 
 fn now_secs() -> u64 {
@@ -486,6 +490,7 @@ impl Volume {
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
             stats: Stats::default(),
+            failpoint: failpoint::Failpoint::default(),
         })
     }
 
@@ -548,6 +553,15 @@ impl Volume {
         self.meta_dirty
             .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// Failpoint (tests only, `failpoints` feature): the next
+    /// [`Volume::migrate_extent`] or [`Volume::migrate_batch`] stops after
+    /// `step`, as a crash there would; drop the volume without flushing to
+    /// complete the simulated crash.
+    #[cfg(feature = "failpoints")]
+    pub fn arm_crash_after(&self, step: MoveStep) {
+        self.failpoint.arm(step);
     }
 
     /// Counts of mapped and free slots.

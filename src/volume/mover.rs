@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering;
 use serde::{Deserialize, Serialize};
 
 use super::extent::{Loc, Written};
+use super::failpoint::{self, stopped, MoveStep};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::stats::Stats;
 use super::{io_err, Volume, VolumeError, VolumeResult, PINS_KEY};
@@ -63,21 +64,6 @@ pub struct MoveRecord {
     pub reason: Reason,
 }
 
-/// Steps of the copy protocol after which a test can simulate a crash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MoveStep {
-    /// Destination slot taken.
-    Allocated,
-    /// Data copied.
-    Copied,
-    /// Destination synced.
-    Synced,
-    /// Mapping switched and written to the store (not yet flushed).
-    Committed,
-    /// Mapping flushed (source not yet freed).
-    Flushed,
-}
-
 /// What a migration did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MoveOutcome {
@@ -89,24 +75,15 @@ pub enum MoveOutcome {
     NoRoom,
     /// The extent kept changing during the copy; left where it is.
     Raced,
-    /// Stopped after a step, as a test asked (a simulated crash).
+    /// Stopped after a step, as a test's failpoint asked (a simulated
+    /// crash; only with the `failpoints` feature).
+    #[cfg(feature = "failpoints")]
     Stopped(MoveStep),
 }
 
-/// `out` plus a `Stopped(step)` outcome for each of `items` (a simulated
-/// crash).
-fn stopped<'a>(
-    mut out: Vec<(u64, MoveOutcome)>,
-    items: impl Iterator<Item = &'a Item>,
-    step: MoveStep,
-) -> Vec<(u64, MoveOutcome)> {
-    out.extend(items.map(|i| (i.extent, MoveOutcome::Stopped(step))));
-    out
-}
-
 /// One extent of a migration in progress.
-struct Item {
-    extent: u64,
+pub(crate) struct Item {
+    pub(crate) extent: u64,
     reason: Reason,
     src: Loc,
     dst: Loc,
@@ -142,8 +119,9 @@ pub struct Placement {
     pub last_move: Option<MoveRecord>,
 }
 
-/// Which tier a list of pins puts an extent on.
-fn pin_in(pins: &[Pin], extent: u64) -> Option<Tier> {
+/// Which tier a list of pins (later entries overriding earlier) puts an
+/// extent on.
+pub fn pin_in(pins: &[Pin], extent: u64) -> Option<Tier> {
     pins.iter()
         .rev()
         .find(|p| p.start <= extent && extent < p.end)
@@ -154,18 +132,18 @@ impl Volume {
     /// Move one extent to tier `to` with the crash-safe copy protocol,
     /// retrying a few times if foreground writes keep changing it.
     /// `pace(bytes)` is called before each copy (it may sleep).
-    /// `stop_after` simulates a crash after a step (tests only: the caller
-    /// then drops the volume without flushing).
+    /// With the `failpoints` feature, [`Volume::arm_crash_after`] makes the
+    /// next call stop after a step, as a crash would.
     pub fn migrate_extent(
         &self,
         extent: u64,
         to: Tier,
         reason: Reason,
         pace: &mut dyn FnMut(u64),
-        stop_after: Option<MoveStep>,
     ) -> VolumeResult<MoveOutcome> {
+        let crash = self.failpoint.take();
         for _ in 0..ATTEMPTS {
-            let out = self.migrate_inner(&[(extent, reason)], to, pace, stop_after)?;
+            let out = self.migrate_inner(&[(extent, reason)], to, pace, crash)?;
             match out.first() {
                 Some((_, MoveOutcome::Raced)) => continue,
                 Some((_, o)) => return Ok(*o),
@@ -180,16 +158,16 @@ impl Volume {
     /// sources are freed. Copies between neighbouring source and destination
     /// slots are merged. An extent a foreground write changed meanwhile is
     /// left in place (`Raced`; a later round retries). A device or store
-    /// error fails the extents not yet committed. `stop_after` as for
+    /// error fails the extents not yet committed. Failpoints as for
     /// [`Volume::migrate_extent`].
     pub fn migrate_batch(
         &self,
         extents: &[(u64, Reason)],
         to: Tier,
         pace: &mut dyn FnMut(u64),
-        stop_after: Option<MoveStep>,
     ) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
-        self.migrate_inner(extents, to, pace, stop_after)
+        let crash = self.failpoint.take();
+        self.migrate_inner(extents, to, pace, crash)
     }
 
     fn migrate_inner(
@@ -197,9 +175,9 @@ impl Volume {
         extents: &[(u64, Reason)],
         to: Tier,
         pace: &mut dyn FnMut(u64),
-        stop_after: Option<MoveStep>,
+        crash: failpoint::Armed,
     ) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
-        let stop = |s: MoveStep| stop_after == Some(s);
+        let stop = |s: MoveStep| crash.hits(s);
         let mut out = Vec::with_capacity(extents.len());
         // 1. Snapshot each extent and take destination slots.
         let mut items: Vec<Item> = Vec::with_capacity(extents.len());
@@ -528,24 +506,12 @@ impl Volume {
         })
     }
 
-    /// The policy's view of every mapped extent.
-    pub fn candidates(&self) -> Vec<crate::migrate::Candidate> {
-        let pins = self.pins.read().clone();
+    /// Every mapped extent with its place, in extent order.
+    pub fn mapped_extents(&self) -> Vec<(u64, Loc)> {
         self.map
             .iter()
             .enumerate()
-            .filter_map(|(i, lock)| {
-                let loc = lock.read().as_ref().map(|m| m.loc)?;
-                let e = i as u64;
-                Some(crate::migrate::Candidate {
-                    extent: e,
-                    tier: loc.tier,
-                    slot: loc.slot,
-                    score: self.heat.score(e),
-                    coverage: self.heat.coverage(e),
-                    pin: pin_in(&pins, e),
-                })
-            })
+            .filter_map(|(i, lock)| lock.read().as_ref().map(|m| (i as u64, m.loc)))
             .collect()
     }
 }
