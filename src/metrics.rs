@@ -197,7 +197,7 @@ pub fn collect(live: &Live) {
     }
     counter!("tierd_read_unmapped_total").absolute(Stats::get(&s.read_unmapped));
     counter!("tierd_spills_total").absolute(Stats::get(&s.spills));
-    counter!("tierd_sequential_bypass_total").absolute(vol.heat().bypassed());
+    counter!("tierd_sequential_bypass_total").absolute(live.heat.bypassed());
     counter!("tierd_migration_aborts_total").absolute(Stats::get(&s.migration_aborts));
     counter!("tierd_migration_errors_total").absolute(Stats::get(&s.migration_errors));
     counter!("tierd_migration_rounds_total").absolute(live.migrator.rounds());

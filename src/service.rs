@@ -283,7 +283,8 @@ pub async fn run_with(
         ..ServerOptions::default()
     };
     let server = Server::new(volume.clone(), opts);
-    let migrator = Arc::new(Migrator::new(volume.clone(), cfg.migrate));
+    let heat = volume.heat();
+    let migrator = Arc::new(Migrator::new(volume.clone(), heat.clone(), cfg.migrate));
     let worker = if cfg.migrate.enabled {
         Some(
             migrator
@@ -338,7 +339,13 @@ pub async fn run_with(
         let (server, rx) = (server.clone(), stop_rx.clone());
         tasks.spawn(async move { server.serve_unix(listener, stopped(rx)).await });
     }
-    let live = Arc::new(Live::new(volume.clone(), migrator.clone(), worker, probe));
+    let live = Arc::new(Live::new(
+        volume.clone(),
+        heat,
+        migrator.clone(),
+        worker,
+        probe,
+    ));
     // Side services: their end never stops the daemon.
     let mut side = tokio::task::JoinSet::new();
     if let Some(path) = cfg.control_path() {

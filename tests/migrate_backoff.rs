@@ -85,7 +85,7 @@ impl Rig {
             max_backoff: Duration::from_millis(500),
             ..MigrateConfig::default()
         };
-        let mig = Migrator::new(vol.clone(), cfg);
+        let mig = Migrator::new(vol.clone(), vol.heat(), cfg);
         Rig {
             vol,
             hdd,

@@ -20,7 +20,7 @@ fn migrator(bed: &Bed, vol: &std::sync::Arc<tierd::volume::Volume>) -> Migrator 
     cfg.policy.zone_extents = 8;
     cfg.policy.zone_min_active = 3;
     let _ = bed;
-    Migrator::new(vol.clone(), cfg)
+    Migrator::new(vol.clone(), vol.heat(), cfg)
 }
 
 /// One 4 KiB read of block `block` of `extent`: a stray hit, far below the

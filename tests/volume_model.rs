@@ -62,7 +62,7 @@ fn random_ops_match_the_model_across_restarts() {
         match rng.gen_range(0..100) {
             0..=34 => {
                 let data: Vec<u8> = (0..len).map(|_| rng.gen::<u8>() | 1).collect();
-                let hint = tierd::heat::IoHint::default();
+                let hint = tierd::units::IoHint::default();
                 let inline = rng.gen_bool(0.5);
                 match inline
                     .then(|| vol.write_nowait(offset, &data, hint))
@@ -79,7 +79,7 @@ fn random_ops_match_the_model_across_restarts() {
                     vol.read(offset, &mut buf).unwrap();
                 } else {
                     // Memory devices never wait: the no-wait path must answer.
-                    let hint = tierd::heat::IoHint::default();
+                    let hint = tierd::units::IoHint::default();
                     vol.read_nowait(offset, &mut buf, hint)
                         .expect("no wait")
                         .unwrap();

@@ -305,7 +305,7 @@ impl Bench {
         // In the middle of what every target holds.
         b.region_start =
             (b.capacity.min(hdd_size) - b.region) / 2 / opts.extent_size * opts.extent_size;
-        let mig = Arc::new(Migrator::new(vol.clone(), opts.migrate));
+        let mig = Arc::new(Migrator::new(vol.clone(), vol.heat(), opts.migrate));
         // The pure targets: an SSD as large as the volume, the HDD alone.
         let pure_ssd = wrap(Arc::new(NullDevice::new(b.capacity)), opts.ssd_model);
         let pure_hdd = wrap(Arc::new(NullDevice::new(hdd_size)), opts.hdd_model);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{MigrationStatus, ReasonCount, ReserveStatus, Status, TierStatus};
+use crate::heat::HeatMap;
 use crate::migrate::worker::MigratorHandle;
 use crate::migrate::Migrator;
 use crate::volume::{Stats, Tier, Volume};
@@ -118,6 +119,8 @@ fn count_unix(path: &Path, ours: &HashSet<u64>) -> u64 {
 pub struct Live {
     /// The volume.
     pub volume: Arc<Volume>,
+    /// The volume's heat map.
+    pub heat: Arc<HeatMap>,
     /// The migrator (present even when the background thread is off).
     pub migrator: Arc<Migrator>,
     /// The background migration thread, if running.
@@ -130,15 +133,17 @@ pub struct Live {
 }
 
 impl Live {
-    /// Live state for a volume and its migrator.
+    /// Live state for a volume, its heat map and its migrator.
     pub fn new(
         volume: Arc<Volume>,
+        heat: Arc<HeatMap>,
         migrator: Arc<Migrator>,
         worker: Option<MigratorHandle>,
         probe: ConnectionProbe,
     ) -> Live {
         Live {
             volume,
+            heat,
             migrator,
             worker: Mutex::new(worker),
             probe,
@@ -263,7 +268,7 @@ impl Live {
             hit_ratio,
             read_unmapped: Stats::get(&s.read_unmapped),
             spills: Stats::get(&s.spills),
-            sequential_bypasses: vol.heat().bypassed(),
+            sequential_bypasses: self.heat.bypassed(),
             quarantined: u64::from(usage.quarantined),
             pins: vol.pins().len(),
             connections: self.probe.count(),

@@ -161,7 +161,7 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
         Request::Top { order, n } => {
             let policy = live.migrator.config().policy;
             let bpe = vol.geometry().blocks_per_extent();
-            let mut c: Vec<_> = candidates(vol, vol.heat())
+            let mut c: Vec<_> = candidates(vol, &live.heat)
                 .into_iter()
                 .map(|c| (effective(&policy, &c, bpe), c))
                 .collect();

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::ByteSize;
 
-pub use crate::units::IoHint;
+use crate::units::IoHint;
 
 /// Heat knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

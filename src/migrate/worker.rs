@@ -20,6 +20,7 @@ use tracing::{debug, error, warn};
 
 use super::bucket::TokenBucket;
 use super::policy::{candidates, plan, PlanInput, PolicyConfig};
+use crate::heat::HeatMap;
 use crate::units::ByteSize;
 use crate::units::Reason;
 use crate::volume::{MoveOutcome, Stats, Tier, Volume};
@@ -110,6 +111,7 @@ impl RoundReport {
 /// Plans and performs migrations for one volume.
 pub struct Migrator {
     vol: Arc<Volume>,
+    heat: Arc<HeatMap>,
     cfg: Mutex<MigrateConfig>,
     bucket: Mutex<TokenBucket>,
     reserve_bucket: Mutex<TokenBucket>,
@@ -159,7 +161,7 @@ fn written_bytes(vol: &Volume) -> u64 {
 
 impl Migrator {
     /// A migrator for `vol`.
-    pub fn new(vol: Arc<Volume>, cfg: MigrateConfig) -> Self {
+    pub fn new(vol: Arc<Volume>, heat: Arc<HeatMap>, cfg: MigrateConfig) -> Self {
         let now = vol.clock().now();
         // A merged copy takes its tokens at once.
         let burst = vol.geometry().extent_size.max(crate::volume::MERGE_MAX);
@@ -169,6 +171,7 @@ impl Migrator {
             bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
             reserve_bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
             vol,
+            heat,
             cfg: Mutex::new(cfg),
             paused: AtomicBool::new(false),
             last_written: Mutex::new((written, now)),
@@ -239,7 +242,7 @@ impl Migrator {
         let cfg = self.config();
         let vol = &self.vol;
         let now = vol.clock().now();
-        vol.heat().tick(now);
+        self.heat.tick(now);
         self.rounds.fetch_add(1, Ordering::Relaxed);
         // Recent foreground write rate, for the reserve's pace.
         let write_rate = {
@@ -269,7 +272,7 @@ impl Migrator {
         }
         let geo = *vol.geometry();
         let input = PlanInput {
-            candidates: candidates(vol, vol.heat()),
+            candidates: candidates(vol, &self.heat),
             ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
             reserve: self.reserve_extents(),
             blocks_per_extent: geo.blocks_per_extent(),

@@ -252,8 +252,9 @@ pub struct Volume {
     /// Per extent: bumped before every change of its data or mapping, so a
     /// migration can tell whether its copy is still current.
     gens: Box<[AtomicU32]>,
-    /// Heat of every extent.
-    heat: HeatMap,
+    /// Heat of every extent: recorded by the I/O paths, shared with
+    /// whoever reads it (the migrator, control, metrics).
+    heat: Arc<HeatMap>,
     clock: Arc<dyn Clock>,
     /// Pins, later entries overriding earlier ones.
     pins: RwLock<Vec<Pin>>,
@@ -483,7 +484,7 @@ impl Volume {
             meta_dirty: AtomicBool::new(true),
             flush_lock: Mutex::new(()),
             gens: (0..logical).map(|_| AtomicU32::new(0)).collect(),
-            heat,
+            heat: Arc::new(heat),
             clock: opts.clock,
             pins: RwLock::new(pins),
             moves: Mutex::new(HashMap::new()),
@@ -514,9 +515,11 @@ impl Volume {
         self.map.get(extent as usize).and_then(|e| e.read().clone())
     }
 
-    /// The heat map.
-    pub fn heat(&self) -> &HeatMap {
-        &self.heat
+    /// A handle on the heat map this volume's I/O records into (restored
+    /// from the store at open): taken once at start-up and handed to the
+    /// migrator and the serving layer.
+    pub fn heat(&self) -> Arc<HeatMap> {
+        self.heat.clone()
     }
 
     /// The clock.

@@ -77,7 +77,7 @@ impl Bed {
             bandwidth: tierd::units::ByteSize(0),
             ..MigrateConfig::default()
         };
-        Migrator::new(vol.clone(), cfg)
+        Migrator::new(vol.clone(), vol.heat(), cfg)
     }
 
     /// Advance the clock by `secs` and run one migration round.
