@@ -8,17 +8,15 @@
 //! - [`control`]: the control API (JSON lines over a Unix socket).
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 
-mod accept;
 pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod control;
 pub mod device;
 pub mod heat;
-pub mod metrics;
 pub mod migrate;
 pub mod nbd;
-pub mod service;
+pub mod serving;
 pub mod store;
 pub mod units;
 pub mod volume;

@@ -8,7 +8,7 @@ mod bench_cmd;
 
 use clap::{Args, Parser, Subcommand};
 use tierd::config::Config;
-use tierd::service;
+use tierd::serving::service;
 
 #[derive(Parser)]
 #[command(

@@ -6,15 +6,9 @@
 //! A connection may carry any number of requests, answered in order. The
 //! protocol is documented for operators in `docs/operations.md`.
 //!
-//! [`Live`] is the daemon's shared live state (volume, migrator, connection
-//! probe, migration rate samples) that both the control server and the
-//! metrics exporter read.
-
-pub mod live;
-mod server;
-
-pub use live::{ConnectionProbe, Live};
-pub use server::{bind, handle, serve, ControlError};
+//! This module owns the protocol's messages only (what `tierctl` shares
+//! with the daemon); the server that answers them against the daemon's
+//! live state is [`crate::serving::control`].
 
 use serde::{Deserialize, Serialize};
 

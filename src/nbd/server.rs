@@ -1115,7 +1115,12 @@ impl Server {
                 Ok(r) => finish(cookie, structured, command, bytes, started, r),
                 Err(_) => {
                     warn!(cookie, "request panicked in the export");
-                    crate::metrics::record_nbd_request(command, bytes, started.elapsed(), false);
+                    crate::serving::metrics::record_nbd_request(
+                        command,
+                        bytes,
+                        started.elapsed(),
+                        false,
+                    );
                     let msg = "internal server error";
                     (error_reply(cookie, structured, proto::EIO, msg), None)
                 }
@@ -1151,7 +1156,7 @@ fn finish(
     started: std::time::Instant,
     result: Result<OpOutput, ExportError>,
 ) -> (Vec<u8>, Option<Vec<u8>>) {
-    crate::metrics::record_nbd_request(command, bytes, started.elapsed(), result.is_ok());
+    crate::serving::metrics::record_nbd_request(command, bytes, started.elapsed(), result.is_ok());
     match result {
         Ok(out) => success_reply(cookie, structured, out),
         Err(e) => {

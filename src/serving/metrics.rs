@@ -25,7 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
-use crate::control::Live;
+use super::live::Live;
 use crate::units::REASONS;
 use crate::volume::{Stats, Tier};
 
@@ -229,7 +229,7 @@ pub async fn serve(
     live: Arc<Live>,
     shutdown: impl Future<Output = ()>,
 ) {
-    crate::accept::serve_until(listener, "metrics", shutdown, |stream| {
+    super::accept::serve_until(listener, "metrics", shutdown, |stream| {
         let (h, l) = (handle.clone(), live.clone());
         async move {
             let r = tokio::time::timeout(Duration::from_secs(10), http(stream, &h, &l)).await;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{MigrationStatus, ReasonCount, ReserveStatus, Status, TierStatus};
+use crate::control::{MigrationStatus, ReasonCount, ReserveStatus, Status, TierStatus};
 use crate::heat::HeatMap;
 use crate::migrate::worker::MigratorHandle;
 use crate::migrate::Migrator;

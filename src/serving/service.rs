@@ -11,10 +11,11 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tracing::{info, warn};
 
+use super::control;
+use super::live::{ConnectionProbe, Live};
+use super::metrics;
 use crate::config::Config;
-use crate::control::{self, ConnectionProbe, Live};
 use crate::device::{BlockDevice, FileDevice};
-use crate::metrics;
 use crate::migrate::Migrator;
 use crate::nbd::{Server, ServerOptions, ServerTls, TlsFiles};
 use crate::store::{MetaStore, SledStore, StoreError};

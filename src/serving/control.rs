@@ -10,9 +10,10 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, info};
 
-use super::{
-    Ack, Explain, Live, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder,
-    Where, MAX_LINE,
+use super::live::Live;
+use crate::control::{
+    Ack, Explain, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder, Where,
+    MAX_LINE,
 };
 use crate::migrate::policy::{candidates, effective};
 use crate::volume::Tier;
@@ -60,7 +61,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
 
 /// Answer control connections until `shutdown` completes.
 pub async fn serve(listener: UnixListener, live: Arc<Live>, shutdown: impl Future<Output = ()>) {
-    crate::accept::serve_until(listener, "control", shutdown, |stream| {
+    super::accept::serve_until(listener, "control", shutdown, |stream| {
         let live = live.clone();
         async move {
             if let Err(e) = connection(stream, live).await {
