@@ -12,11 +12,15 @@ mod failpoint;
 mod geometry;
 mod io;
 mod mover;
+mod pins;
+mod placement;
 mod stats;
 mod superblock;
 
 pub use failpoint::MoveStep;
-pub use mover::{pin_in, MoveOutcome, MoveRecord, Pin, Placement, MERGE_MAX};
+pub use mover::{MoveOutcome, MoveRecord, MERGE_MAX};
+pub use pins::{pin_in, Pin};
+pub use placement::Placement;
 pub use stats::Stats;
 
 pub use extent::{Loc, Mapping, RecordError, Written};

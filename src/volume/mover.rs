@@ -1,5 +1,4 @@
-//! Moving extents between tiers with a crash-safe copy protocol, pins, and
-//! the explanation of where an extent sits and why.
+//! Moving extents between tiers with a crash-safe copy protocol.
 //!
 //! The copy protocol for one extent, from slot A to a new slot B:
 //! 1. allocate B on the destination tier;
@@ -30,7 +29,7 @@ use super::extent::{Loc, Written};
 use super::failpoint::{self, stopped, MoveStep};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::stats::Stats;
-use super::{io_err, Volume, VolumeError, VolumeResult, PINS_KEY};
+use super::{io_err, Volume, VolumeError, VolumeResult};
 use crate::units::Reason;
 
 /// Bytes copied per device I/O during a migration.
@@ -39,17 +38,6 @@ const COPY_CHUNK: u64 = 1 << 20;
 pub const MERGE_MAX: u64 = 4 << 20;
 /// Attempts before a migration racing foreground writes gives up.
 const ATTEMPTS: usize = 3;
-
-/// A pin: extents `start..end` kept on `tier` (`None`: explicitly unpinned).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pin {
-    /// First extent.
-    pub start: u64,
-    /// One past the last extent.
-    pub end: u64,
-    /// The tier, or `None` for an unpin overriding earlier pins.
-    pub tier: Option<Tier>,
-}
 
 /// The last move of an extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,42 +78,6 @@ pub(crate) struct Item {
     written: Written,
     /// Its generation when the copy began.
     gen: u32,
-}
-
-/// Where an extent sits and why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Placement {
-    /// Logical extent.
-    pub extent: u64,
-    /// Its first byte.
-    pub offset: u64,
-    /// Extent size.
-    pub len: u64,
-    /// Tier, if mapped.
-    pub tier: Option<Tier>,
-    /// Slot on that tier.
-    pub slot: Option<u32>,
-    /// Blocks holding written data.
-    pub written_blocks: u32,
-    /// Blocks per extent.
-    pub blocks: u32,
-    /// Decayed heat score.
-    pub score: f32,
-    /// Distinct blocks touched recently.
-    pub coverage: u32,
-    /// Pin in force.
-    pub pin: Option<Tier>,
-    /// The last move since start.
-    pub last_move: Option<MoveRecord>,
-}
-
-/// Which tier a list of pins (later entries overriding earlier) puts an
-/// extent on.
-pub fn pin_in(pins: &[Pin], extent: u64) -> Option<Tier> {
-    pins.iter()
-        .rev()
-        .find(|p| p.start <= extent && extent < p.end)
-        .and_then(|p| p.tier)
 }
 
 impl Volume {
@@ -437,81 +389,5 @@ impl Volume {
         Stats::add(&self.stats.dev_writes[dst.tier.index()], 1);
         Stats::add(&self.stats.dev_write_bytes[dst.tier.index()], len);
         Ok(())
-    }
-
-    /// Pin the extents overlapping `[offset, offset+len)` to `tier`
-    /// (`None`: unpin them). Pins persist in the metadata store; the
-    /// migrator honours them on its next round.
-    pub fn pin(&self, offset: u64, len: u64, tier: Option<Tier>) -> VolumeResult<()> {
-        self.check(offset, len.max(1))?;
-        let es = self.geo.extent_size;
-        let (start, end) = (offset / es, (offset + len.max(1)).div_ceil(es));
-        let mut pins = self.pins.write();
-        let mut new: Vec<Pin> = pins
-            .iter()
-            .copied()
-            .filter(|p| !(start <= p.start && p.end <= end))
-            .collect();
-        new.push(Pin { start, end, tier });
-        let room = u64::from(self.geo.ssd_slots - self.geo.reserve_extents);
-        let pinned = (0..self.geo.logical_extents())
-            .filter(|e| pin_in(&new, *e) == Some(Tier::Ssd))
-            .count() as u64;
-        if pinned > room {
-            return Err(VolumeError::Pin(format!(
-                "{pinned} extents would be pinned to the SSD, which has room for {room} outside the reserve"
-            )));
-        }
-        let json = serde_json::to_vec(&new).map_err(|e| VolumeError::Corrupt(e.to_string()))?;
-        self.store.put(PINS_KEY, &json)?;
-        self.meta_dirty.store(true, Ordering::Release);
-        *pins = new;
-        Ok(())
-    }
-
-    /// The pin in force for an extent.
-    pub fn pin_of(&self, extent: u64) -> Option<Tier> {
-        pin_in(&self.pins.read(), extent)
-    }
-
-    /// All pin entries, later overriding earlier.
-    pub fn pins(&self) -> Vec<Pin> {
-        self.pins.read().clone()
-    }
-
-    /// The last move of an extent since start.
-    pub fn last_move(&self, extent: u64) -> Option<MoveRecord> {
-        self.moves.lock().get(&extent).copied()
-    }
-
-    /// Where an extent sits and why.
-    pub fn explain(&self, extent: u64) -> Option<Placement> {
-        let guard = self.map.get(extent as usize)?.read();
-        let blocks = self.geo.blocks_per_extent();
-        let m = guard.as_ref();
-        Some(Placement {
-            extent,
-            offset: extent * self.geo.extent_size,
-            len: self.geo.extent_size,
-            tier: m.map(|m| m.loc.tier),
-            slot: m.map(|m| m.loc.slot),
-            written_blocks: m
-                .map(|m| (0..blocks).filter(|b| m.written.get(*b)).count() as u32)
-                .unwrap_or(0),
-            blocks,
-            score: self.heat.score(extent),
-            coverage: self.heat.coverage(extent),
-            pin: self.pin_of(extent),
-            last_move: self.last_move(extent),
-        })
-    }
-
-    /// Every mapped extent with its place, in extent order.
-    pub fn mapped_extents(&self) -> Vec<(u64, Loc)> {
-        self.map
-            .iter()
-            .enumerate()
-            .filter_map(|(i, lock)| lock.read().as_ref().map(|m| (i as u64, m.loc)))
-            .collect()
     }
 }

@@ -1,0 +1,72 @@
+//! Pins: ranges of extents an operator keeps on one tier. They persist in
+//! the metadata store, steer where new extents are allocated, and the
+//! migrator honours them on its next round.
+
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use super::geometry::Tier;
+use super::{Volume, VolumeError, VolumeResult, PINS_KEY};
+
+/// A pin: extents `start..end` kept on `tier` (`None`: explicitly unpinned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    /// First extent.
+    pub start: u64,
+    /// One past the last extent.
+    pub end: u64,
+    /// The tier, or `None` for an unpin overriding earlier pins.
+    pub tier: Option<Tier>,
+}
+
+/// Which tier a list of pins (later entries overriding earlier) puts an
+/// extent on.
+pub fn pin_in(pins: &[Pin], extent: u64) -> Option<Tier> {
+    pins.iter()
+        .rev()
+        .find(|p| p.start <= extent && extent < p.end)
+        .and_then(|p| p.tier)
+}
+
+impl Volume {
+    /// Pin the extents overlapping `[offset, offset+len)` to `tier`
+    /// (`None`: unpin them). Pins persist in the metadata store; the
+    /// migrator honours them on its next round.
+    pub fn pin(&self, offset: u64, len: u64, tier: Option<Tier>) -> VolumeResult<()> {
+        self.check(offset, len.max(1))?;
+        let es = self.geo.extent_size;
+        let (start, end) = (offset / es, (offset + len.max(1)).div_ceil(es));
+        let mut pins = self.pins.write();
+        let mut new: Vec<Pin> = pins
+            .iter()
+            .copied()
+            .filter(|p| !(start <= p.start && p.end <= end))
+            .collect();
+        new.push(Pin { start, end, tier });
+        let room = u64::from(self.geo.ssd_slots - self.geo.reserve_extents);
+        let pinned = (0..self.geo.logical_extents())
+            .filter(|e| pin_in(&new, *e) == Some(Tier::Ssd))
+            .count() as u64;
+        if pinned > room {
+            return Err(VolumeError::Pin(format!(
+                "{pinned} extents would be pinned to the SSD, which has room for {room} outside the reserve"
+            )));
+        }
+        let json = serde_json::to_vec(&new).map_err(|e| VolumeError::Corrupt(e.to_string()))?;
+        self.store.put(PINS_KEY, &json)?;
+        self.meta_dirty.store(true, Ordering::Release);
+        *pins = new;
+        Ok(())
+    }
+
+    /// The pin in force for an extent.
+    pub fn pin_of(&self, extent: u64) -> Option<Tier> {
+        pin_in(&self.pins.read(), extent)
+    }
+
+    /// All pin entries, later overriding earlier.
+    pub fn pins(&self) -> Vec<Pin> {
+        self.pins.read().clone()
+    }
+}
