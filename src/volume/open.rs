@@ -1,0 +1,291 @@
+//! Formatting two devices and a metadata store as a new volume, and opening
+//! an existing one: every check that the devices and the store belong
+//! together, then loading the extent map, the pins and the saved heat.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Mutex, RwLock};
+use uuid::Uuid;
+
+use super::alloc::Allocator;
+use super::error::io_err;
+use super::extent::Mapping;
+use super::geometry::{Geometry, Tier, BLOCK_SIZE, DATA_OFFSET, DEFAULT_EXTENT_SIZE};
+use super::pins::Pin;
+use super::stats::Stats;
+use super::superblock::{detect_content, Superblock, FORMAT_VERSION, PROBE_SIZE};
+use super::{
+    failpoint, io, Devices, Volume, VolumeError, VolumeResult, GEOMETRY_KEY, HEAT_KEY, PINS_KEY,
+    VOLUME_ID_KEY,
+};
+use crate::clock::{Clock, SystemClock};
+use crate::heat::{HeatConfig, HeatMap};
+use crate::store::{MetaStore, FORMAT_VERSION_KEY};
+
+/// Options of [`Volume::open_with`].
+#[derive(Clone)]
+pub struct VolumeOptions {
+    /// Heat tracking knobs.
+    pub heat: HeatConfig,
+    /// The clock heat and migration run on.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for VolumeOptions {
+    fn default() -> Self {
+        VolumeOptions {
+            heat: HeatConfig::default(),
+            clock: Arc::new(SystemClock::default()),
+        }
+    }
+}
+
+/// Options of [`Volume::format`].
+#[derive(Debug, Clone)]
+pub struct FormatOptions {
+    /// Bytes per extent.
+    pub extent_size: u64,
+    /// Reserve in bytes (`None`: 4 GiB capped at 25 % of the SSD).
+    pub reserve: Option<u64>,
+    /// Overwrite devices and stores that carry something.
+    pub force: bool,
+}
+
+impl Default for FormatOptions {
+    fn default() -> Self {
+        FormatOptions {
+            extent_size: DEFAULT_EXTENT_SIZE,
+            reserve: None,
+            force: false,
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Volume {
+    /// Format two devices and a metadata store as a new, empty volume.
+    /// Nothing is written unless every check passes.
+    pub fn format(
+        devices: &Devices,
+        store: &dyn MetaStore,
+        opts: &FormatOptions,
+    ) -> VolumeResult<Geometry> {
+        if !opts.force {
+            if let Some(v) = store.get(VOLUME_ID_KEY)? {
+                return Err(VolumeError::StoreInUse(String::from_utf8_lossy(&v).into()));
+            }
+            for tier in Tier::ALL {
+                let dev = devices.get(tier);
+                let mut probe = vec![0u8; PROBE_SIZE.min(dev.size() as usize)];
+                dev.read_at(&mut probe, 0).map_err(io_err(dev.as_ref()))?;
+                if let Some(found) = detect_content(&probe) {
+                    return Err(VolumeError::HasContent {
+                        device: dev.name(),
+                        found,
+                    });
+                }
+            }
+        }
+        let geo = Geometry::compute(
+            devices.ssd.size(),
+            devices.hdd.size(),
+            opts.extent_size,
+            opts.reserve,
+        )?;
+        let id = Uuid::new_v4();
+        let created = now_secs();
+        store.clear()?;
+        for tier in Tier::ALL {
+            let dev = devices.get(tier);
+            let sb = Superblock {
+                version: FORMAT_VERSION,
+                role: tier,
+                volume_id: id,
+                extent_size: geo.extent_size,
+                device_size: dev.size(),
+                data_offset: DATA_OFFSET,
+                slots: u64::from(geo.slots(tier)),
+                created,
+            };
+            dev.write_at(&sb.encode(), 0)
+                .map_err(io_err(dev.as_ref()))?;
+            dev.sync().map_err(io_err(dev.as_ref()))?;
+        }
+        let geo_json = serde_json::to_vec(&geo).map_err(|e| VolumeError::Corrupt(e.to_string()))?;
+        store.put(GEOMETRY_KEY, &geo_json)?;
+        store.put(VOLUME_ID_KEY, id.to_string().as_bytes())?;
+        store.put(FORMAT_VERSION_KEY, FORMAT_VERSION.to_string().as_bytes())?;
+        store.flush()?;
+        Ok(geo)
+    }
+
+    /// Open a formatted volume, checking that the devices are the right ones
+    /// and in the right roles.
+    pub fn open(devices: Devices, store: Arc<dyn MetaStore>) -> VolumeResult<Self> {
+        Self::open_with(devices, store, VolumeOptions::default())
+    }
+
+    /// [`Volume::open`] with explicit heat options and clock.
+    pub fn open_with(
+        devices: Devices,
+        store: Arc<dyn MetaStore>,
+        opts: VolumeOptions,
+    ) -> VolumeResult<Self> {
+        let version = store
+            .get(FORMAT_VERSION_KEY)?
+            .ok_or_else(|| VolumeError::NotFormatted("the metadata store".into()))?;
+        if version != FORMAT_VERSION.to_string().as_bytes() {
+            return Err(VolumeError::UnknownStoreVersion {
+                found: String::from_utf8_lossy(&version).into(),
+            });
+        }
+        let id_raw = store
+            .get(VOLUME_ID_KEY)?
+            .ok_or_else(|| VolumeError::Corrupt("volume id missing".into()))?;
+        let id = Uuid::parse_str(&String::from_utf8_lossy(&id_raw))
+            .map_err(|e| VolumeError::Corrupt(format!("volume id: {e}")))?;
+        let geo_raw = store
+            .get(GEOMETRY_KEY)?
+            .ok_or_else(|| VolumeError::Corrupt("geometry missing".into()))?;
+        let geo: Geometry = serde_json::from_slice(&geo_raw)
+            .map_err(|e| VolumeError::Corrupt(format!("geometry: {e}")))?;
+
+        let sbs = [Tier::Ssd, Tier::Hdd].map(|tier| {
+            let dev = devices.get(tier);
+            let mut buf = vec![0u8; super::superblock::SUPERBLOCK_SIZE.min(dev.size() as usize)];
+            dev.read_at(&mut buf, 0)
+                .map_err(io_err(dev.as_ref()))
+                .and_then(|_| {
+                    Superblock::decode(&buf).map_err(|problem| VolumeError::BadSuperblock {
+                        device: dev.name(),
+                        problem,
+                    })
+                })
+        });
+        let [ssd_sb, hdd_sb] = sbs;
+        let (ssd_sb, hdd_sb) = (ssd_sb?, hdd_sb?);
+        if ssd_sb.volume_id == id
+            && hdd_sb.volume_id == id
+            && ssd_sb.role == Tier::Hdd
+            && hdd_sb.role == Tier::Ssd
+        {
+            return Err(VolumeError::Swapped {
+                ssd: devices.ssd.name(),
+                hdd: devices.hdd.name(),
+            });
+        }
+        for (tier, sb) in [(Tier::Ssd, &ssd_sb), (Tier::Hdd, &hdd_sb)] {
+            let dev = devices.get(tier);
+            if sb.volume_id != id {
+                return Err(VolumeError::OtherVolume {
+                    device: dev.name(),
+                    found: sb.volume_id,
+                    expected: id,
+                });
+            }
+            if sb.role != tier {
+                return Err(VolumeError::WrongRole {
+                    device: dev.name(),
+                    expected: tier,
+                    found: sb.role,
+                });
+            }
+            if sb.extent_size != geo.extent_size || sb.slots != u64::from(geo.slots(tier)) {
+                return Err(VolumeError::Corrupt(format!(
+                    "{}: superblock geometry differs from the metadata store",
+                    dev.name()
+                )));
+            }
+            let needed = geo.min_device_size(tier);
+            if dev.size() < needed {
+                return Err(VolumeError::TooSmall {
+                    device: dev.name(),
+                    size: dev.size(),
+                    needed,
+                });
+            }
+        }
+
+        let logical = geo.logical_extents();
+        let blocks = geo.blocks_per_extent();
+        let mut map: Vec<RwLock<Option<Mapping>>> =
+            (0..logical).map(|_| RwLock::new(None)).collect();
+        let mut owner = [
+            vec![false; geo.ssd_slots as usize],
+            vec![false; geo.hdd_slots as usize],
+        ];
+        for (index, record) in store.load_extents()? {
+            let m = Mapping::decode(&record, blocks)
+                .map_err(|e| VolumeError::Corrupt(format!("extent {index}: {e}")))?;
+            let entry = map.get_mut(index as usize).ok_or_else(|| {
+                VolumeError::Corrupt(format!("extent {index} is beyond the volume"))
+            })?;
+            let owned = owner[m.loc.tier.index()]
+                .get_mut(m.loc.slot as usize)
+                .ok_or_else(|| {
+                    VolumeError::Corrupt(format!(
+                        "extent {index}: slot {} out of range",
+                        m.loc.slot
+                    ))
+                })?;
+            if *owned {
+                return Err(VolumeError::Corrupt(format!(
+                    "{} slot {} is owned twice",
+                    m.loc.tier, m.loc.slot
+                )));
+            }
+            *owned = true;
+            *entry.get_mut() = Some(m);
+        }
+        let alloc = Allocator::new(
+            [geo.ssd_slots, geo.hdd_slots],
+            map.iter().filter_map(|e| e.read().as_ref().map(|m| m.loc)),
+        );
+        let pins: Vec<Pin> = match store.get(PINS_KEY)? {
+            Some(raw) => serde_json::from_slice(&raw)
+                .map_err(|e| VolumeError::Corrupt(format!("pins: {e}")))?,
+            None => Vec::new(),
+        };
+        let heat = HeatMap::new(
+            opts.heat,
+            logical,
+            geo.extent_size,
+            BLOCK_SIZE,
+            opts.clock.now(),
+        );
+        if let Some(raw) = store.get(HEAT_KEY)? {
+            heat.restore(&raw);
+        }
+        Ok(Volume {
+            geo,
+            id,
+            devices,
+            store,
+            map: map.into_boxed_slice(),
+            alloc,
+            // A previous process may have left writes in the OS cache that
+            // were never synced: the first flush syncs everything.
+            dirty: [AtomicBool::new(true), AtomicBool::new(true)],
+            meta_dirty: AtomicBool::new(true),
+            flush_lock: Mutex::new(()),
+            gens: (0..logical).map(|_| AtomicU32::new(0)).collect(),
+            heat: Arc::new(heat),
+            clock: opts.clock,
+            pins: RwLock::new(pins),
+            moves: Mutex::new(HashMap::new()),
+            inflight: AtomicUsize::new(0),
+            hdd_latency: io::Latency::default(),
+            stats: Stats::default(),
+            failpoint: failpoint::Failpoint::default(),
+        })
+    }
+}
