@@ -200,7 +200,7 @@ fn migration_fault(on: Tier, fault: FaultRule) {
     let errs_before = Stats::get(&vol.stats().dev_errors[on.index()]);
     rig.dev(on).add(fault);
 
-    let r = vol.migrate_extent(2, to, Reason::Manual, &mut |_| {});
+    let r = tierd::migrate::migrate_extent(&vol, 2, to, Reason::Manual, &mut |_| {});
     assert!(r.is_err(), "migration through a failing device: {r:?}");
     assert_eq!(
         vol.mapping(2).expect("still mapped").loc,
@@ -222,9 +222,8 @@ fn migration_fault(on: Tier, fault: FaultRule) {
     rig.dev(on).clear();
     assert_eq!(read(&vol, 2 * EXTENT, EXTENT as usize), data);
 
-    let r = vol
-        .migrate_extent(2, to, Reason::Manual, &mut |_| {})
-        .expect("retry");
+    let r =
+        tierd::migrate::migrate_extent(&vol, 2, to, Reason::Manual, &mut |_| {}).expect("retry");
     assert!(matches!(r, MoveOutcome::Moved(_)), "retry: {r:?}");
     assert_eq!(vol.mapping(2).expect("mapped").loc.tier, to);
     assert_eq!(read(&vol, 2 * EXTENT, EXTENT as usize), data);

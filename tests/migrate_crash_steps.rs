@@ -34,11 +34,11 @@ fn run(step: Option<MoveStep>, power_cut: bool) {
     assert_eq!(tier_of(&vol, 0), Some(Tier::Ssd));
     for extent in [0u64, 1] {
         if let Some(s) = step {
-            vol.arm_crash_after(s);
+            tierd::migrate::arm_crash_after(s);
         }
-        let out = vol
-            .migrate_extent(extent, Tier::Hdd, Reason::Manual, &mut |_| {})
-            .expect("migrate");
+        let out =
+            tierd::migrate::migrate_extent(&vol, extent, Tier::Hdd, Reason::Manual, &mut |_| {})
+                .expect("migrate");
         match step {
             Some(s) => assert_eq!(out, MoveOutcome::Stopped(s)),
             None => assert!(matches!(out, MoveOutcome::Moved(_)), "{out:?}"),
@@ -80,9 +80,9 @@ fn run(step: Option<MoveStep>, power_cut: bool) {
         [0u64, 1]
             .into_iter()
             .map(|e| {
-                let o = vol
-                    .migrate_extent(e, Tier::Hdd, Reason::Manual, &mut |_| {})
-                    .expect("migrate again");
+                let o =
+                    tierd::migrate::migrate_extent(vol, e, Tier::Hdd, Reason::Manual, &mut |_| {})
+                        .expect("migrate again");
                 (e, o)
             })
             .collect()
@@ -141,11 +141,9 @@ fn run_batch(step: Option<MoveStep>, power_cut: bool) {
     let reads = |v: &Volume| tierd::volume::Stats::get(&v.stats().dev_reads[Tier::Ssd.index()]);
     let before = reads(&vol);
     if let Some(s) = step {
-        vol.arm_crash_after(s);
+        tierd::migrate::arm_crash_after(s);
     }
-    let out = vol
-        .migrate_batch(&batch, Tier::Hdd, &mut |_| {})
-        .expect("migrate");
+    let out = tierd::migrate::migrate_batch(&vol, &batch, Tier::Hdd, &mut |_| {}).expect("migrate");
     assert_eq!(out.len(), 5, "{out:?}");
     for (_, o) in &out {
         match step {
@@ -179,8 +177,7 @@ fn run_batch(step: Option<MoveStep>, power_cut: bool) {
     let vol = bed.open();
     check(&vol);
     finish(&bed, vol, &check, &|vol| {
-        vol.migrate_batch(&batch, Tier::Hdd, &mut |_| {})
-            .expect("migrate again")
+        tierd::migrate::migrate_batch(vol, &batch, Tier::Hdd, &mut |_| {}).expect("migrate again")
     });
 }
 

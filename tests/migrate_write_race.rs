@@ -54,8 +54,7 @@ fn no_write_is_lost_or_torn_while_its_extent_moves() {
             let mut to = Tier::Hdd;
             while !done.load(Ordering::Relaxed) {
                 for e in 0..3 {
-                    match vol
-                        .migrate_extent(e, to, Reason::Manual, &mut |_| {})
+                    match tierd::migrate::migrate_extent(&vol, e, to, Reason::Manual, &mut |_| {})
                         .expect("migrate")
                     {
                         MoveOutcome::Moved(_) => moved += 1,

@@ -143,8 +143,9 @@ fn run(seed: u64, cuts: u64) -> Figures {
                         MoveStep::Flushed,
                     ];
                     let step = steps[rng.gen_range(0..steps.len())];
-                    vol.arm_crash_after(step);
-                    let _ = vol.migrate_extent(e, to, Reason::Manual, &mut |_| {});
+                    tierd::migrate::arm_crash_after(step);
+                    let _ =
+                        tierd::migrate::migrate_extent(&vol, e, to, Reason::Manual, &mut |_| {});
                     fig.stopped_moves += 1;
                     break;
                 }

@@ -63,8 +63,7 @@ fn random_ops_with_migrations_match_the_model() {
                 } else {
                     Tier::Hdd
                 };
-                let out = vol
-                    .migrate_extent(e, to, Reason::Manual, &mut |_| {})
+                let out = tierd::migrate::migrate_extent(&vol, e, to, Reason::Manual, &mut |_| {})
                     .expect("migrate");
                 if matches!(out, tierd::volume::MoveOutcome::Moved(_)) {
                     moved += 1;

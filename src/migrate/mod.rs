@@ -1,11 +1,15 @@
 //! Background migration: the placement [`policy`], a [`bucket`] to pace
 //! background I/O, and the [`worker`] that plans rounds and moves extents
-//! with the volume's crash-safe copy protocol.
+//! with the crash-safe copy protocol ([`copy`]) over the volume's move steps.
 
 pub mod bucket;
+pub mod copy;
 pub mod policy;
 pub mod worker;
 
 pub use bucket::TokenBucket;
+#[cfg(feature = "failpoints")]
+pub use copy::arm_crash_after;
+pub use copy::{migrate_batch, migrate_extent};
 pub use policy::{candidates, plan, Candidate, Move, PlanInput, PolicyConfig};
 pub use worker::{MigrateConfig, Migrator, RoundReport};

@@ -331,7 +331,7 @@ impl Migrator {
                 let wait = bucket.lock().take(n, vol.clock().now());
                 sleep(wait);
             };
-            match vol.migrate_batch(&batch, first.to, &mut pace) {
+            match super::copy::migrate_batch(vol, &batch, first.to, &mut pace) {
                 Ok(outcomes) => {
                     for (extent, o) in outcomes {
                         match o {

@@ -9,10 +9,9 @@
 mod alloc;
 mod error;
 mod extent;
-mod failpoint;
 mod geometry;
 mod io;
-mod mover;
+mod moves;
 mod open;
 mod pins;
 mod placement;
@@ -20,8 +19,9 @@ mod stats;
 mod superblock;
 
 pub use error::{VolumeError, VolumeResult};
-pub use failpoint::MoveStep;
-pub use mover::{MoveOutcome, MoveRecord, MERGE_MAX};
+pub use moves::{
+    Committed, Copied, Flushed, MoveOutcome, MoveRecord, MoveStep, Reserved, Synced, MERGE_MAX,
+};
 pub use open::{FormatOptions, VolumeOptions};
 pub use pins::{pin_in, Pin};
 pub use placement::Placement;
@@ -116,8 +116,6 @@ pub struct Volume {
     hdd_latency: io::Latency,
     /// Counters for metrics.
     stats: Stats,
-    /// A test's armed crash point for the next migration.
-    failpoint: failpoint::Failpoint,
 }
 
 impl Volume {
@@ -181,15 +179,6 @@ impl Volume {
         self.meta_dirty
             .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
-    }
-
-    /// Failpoint (tests only, `failpoints` feature): the next
-    /// [`Volume::migrate_extent`] or [`Volume::migrate_batch`] stops after
-    /// `step`, as a crash there would; drop the volume without flushing to
-    /// complete the simulated crash.
-    #[cfg(feature = "failpoints")]
-    pub fn arm_crash_after(&self, step: MoveStep) {
-        self.failpoint.arm(step);
     }
 
     /// Counts of mapped and free slots.

@@ -18,8 +18,7 @@ use super::pins::Pin;
 use super::stats::Stats;
 use super::superblock::{detect_content, Superblock, FORMAT_VERSION, PROBE_SIZE};
 use super::{
-    failpoint, io, Devices, Volume, VolumeError, VolumeResult, GEOMETRY_KEY, HEAT_KEY, PINS_KEY,
-    VOLUME_ID_KEY,
+    io, Devices, Volume, VolumeError, VolumeResult, GEOMETRY_KEY, HEAT_KEY, PINS_KEY, VOLUME_ID_KEY,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::heat::{HeatConfig, HeatMap};
@@ -285,7 +284,6 @@ impl Volume {
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
             stats: Stats::default(),
-            failpoint: failpoint::Failpoint::default(),
         })
     }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::extent::Loc;
 use super::geometry::Tier;
-use super::mover::MoveRecord;
+use super::moves::MoveRecord;
 use super::Volume;
 
 /// Where an extent sits and why.

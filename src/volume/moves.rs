@@ -1,43 +1,49 @@
-//! Moving extents between tiers with a crash-safe copy protocol.
+//! The volume's narrow move API: the steps of relocating extents between
+//! tiers, each a typestate ([`Reserved`] → [`Copied`] → [`Synced`] →
+//! [`Committed`] → [`Flushed`]) that only the previous step hands out, so a
+//! caller cannot take them out of order. The protocol that strings them
+//! together, with its retries and its test-only crash points, is
+//! `migrate::copy`; the volume keeps what must hold whatever the caller
+//! does: extent locks, generations, the allocator and the store.
 //!
-//! The copy protocol for one extent, from slot A to a new slot B:
-//! 1. allocate B on the destination tier;
+//! The steps for one extent, from slot A to a new slot B:
+//! 1. allocate B on the destination tier ([`Volume::reserve_moves`]);
 //! 2. copy the extent's written blocks A → B, paced, without holding the
-//!    extent's lock (foreground I/O keeps going to A);
-//! 3. make B durable (sync the destination device);
+//!    extent's lock (foreground I/O keeps going to A) ([`Volume::copy_moves`]);
+//! 3. make B durable (sync the destination device) ([`Volume::sync_moves`]);
 //! 4. under the extent's write lock, if no write, zero or trim touched the
 //!    extent since step 2 began (its generation is unchanged), point the
 //!    mapping at B and record it in the metadata store — otherwise give B
-//!    back and start again (a bounded number of times);
-//! 5. flush, which makes the new mapping durable;
-//! 6. only then free A.
+//!    back ([`Volume::commit_moves`]);
+//! 5. flush, which makes the new mapping durable ([`Volume::flush_moves`]);
+//! 6. only then free A ([`Volume::release_moves`]).
 //!
-//! [`Volume::migrate_batch`] runs the same protocol for many extents at once
-//! (one destination sync, one flush, copies of neighbouring slots merged into
-//! one large read and write) so a migrating HDD streams instead of seeking.
+//! Many extents go through the steps together (one destination sync, one
+//! flush, copies of neighbouring slots merged into one large read and
+//! write) so a migrating HDD streams instead of seeking.
 //!
 //! A crash before step 5 completes leaves the durable mapping at A, which
 //! still holds the latest acknowledged data; after it, at B, which does. B is
 //! never referenced durably before it holds the data, and A is never reused
-//! before nothing durable refers to it.
+//! before nothing durable refers to it. Dropping a token between steps is
+//! what a crash does: its destination slots stay taken until the volume is
+//! opened again.
 
 use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::io_err;
 use super::extent::{Loc, Written};
-use super::failpoint::{self, stopped, MoveStep};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::stats::Stats;
-use super::{io_err, Volume, VolumeError, VolumeResult};
+use super::{Volume, VolumeError, VolumeResult};
 use crate::units::Reason;
 
 /// Bytes copied per device I/O during a migration.
 const COPY_CHUNK: u64 = 1 << 20;
 /// Most bytes one merged copy reads at once (neighbouring slots).
 pub const MERGE_MAX: u64 = 4 << 20;
-/// Attempts before a migration racing foreground writes gives up.
-const ATTEMPTS: usize = 3;
 
 /// The last move of an extent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +56,21 @@ pub struct MoveRecord {
     pub to: Tier,
     /// Why.
     pub reason: Reason,
+}
+
+/// Steps of the move protocol (after which a test can simulate a crash).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveStep {
+    /// Destination slot taken.
+    Allocated,
+    /// Data copied.
+    Copied,
+    /// Destination synced.
+    Synced,
+    /// Mapping switched and written to the store (not yet flushed).
+    Committed,
+    /// Mapping flushed (source not yet freed).
+    Flushed,
 }
 
 /// What a migration did.
@@ -70,8 +91,8 @@ pub enum MoveOutcome {
 }
 
 /// One extent of a migration in progress.
-pub(crate) struct Item {
-    pub(crate) extent: u64,
+struct Item {
+    extent: u64,
     reason: Reason,
     src: Loc,
     dst: Loc,
@@ -80,58 +101,95 @@ pub(crate) struct Item {
     gen: u32,
 }
 
+/// Step 1 done: destination slots taken, sources in slot order.
+#[must_use = "a move dropped between steps leaves its destinations taken until reopen"]
+pub struct Reserved {
+    to: Tier,
+    items: Vec<Item>,
+}
+
+/// Step 2 done: data copied.
+#[must_use = "a move dropped between steps leaves its destinations taken until reopen"]
+pub struct Copied {
+    to: Tier,
+    items: Vec<Item>,
+    copied: Vec<u64>,
+}
+
+/// Step 3 done: the destination device synced.
+#[must_use = "a move dropped between steps leaves its destinations taken until reopen"]
+pub struct Synced {
+    to: Tier,
+    items: Vec<Item>,
+    copied: Vec<u64>,
+}
+
+/// Step 4 done: the mappings that did not race point at their destinations
+/// (not yet durable).
+#[must_use = "a move dropped between steps leaves its sources taken until reopen"]
+pub struct Committed {
+    to: Tier,
+    items: Vec<(Item, u64)>,
+    failure: Option<VolumeError>,
+}
+
+/// Step 5 done: the new mappings are durable; the sources may be freed.
+#[must_use = "a move dropped between steps leaves its sources taken until reopen"]
+pub struct Flushed {
+    to: Tier,
+    items: Vec<(Item, u64)>,
+    failure: Option<VolumeError>,
+}
+
+impl Reserved {
+    /// Extents in this step.
+    pub fn extents(&self) -> Vec<u64> {
+        self.items.iter().map(|i| i.extent).collect()
+    }
+
+    /// Whether no extent is moving.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+impl Copied {
+    /// Extents in this step.
+    pub fn extents(&self) -> Vec<u64> {
+        self.items.iter().map(|i| i.extent).collect()
+    }
+}
+
+impl Synced {
+    /// Extents in this step.
+    pub fn extents(&self) -> Vec<u64> {
+        self.items.iter().map(|i| i.extent).collect()
+    }
+}
+
+impl Committed {
+    /// Extents whose mapping was switched.
+    pub fn extents(&self) -> Vec<u64> {
+        self.items.iter().map(|(i, _)| i.extent).collect()
+    }
+}
+
+impl Flushed {
+    /// Extents whose new mapping is durable.
+    pub fn extents(&self) -> Vec<u64> {
+        self.items.iter().map(|(i, _)| i.extent).collect()
+    }
+}
+
 impl Volume {
-    /// Move one extent to tier `to` with the crash-safe copy protocol,
-    /// retrying a few times if foreground writes keep changing it.
-    /// `pace(bytes)` is called before each copy (it may sleep).
-    /// With the `failpoints` feature, [`Volume::arm_crash_after`] makes the
-    /// next call stop after a step, as a crash would.
-    pub fn migrate_extent(
-        &self,
-        extent: u64,
-        to: Tier,
-        reason: Reason,
-        pace: &mut dyn FnMut(u64),
-    ) -> VolumeResult<MoveOutcome> {
-        let crash = self.failpoint.take();
-        for _ in 0..ATTEMPTS {
-            let out = self.migrate_inner(&[(extent, reason)], to, pace, crash)?;
-            match out.first() {
-                Some((_, MoveOutcome::Raced)) => continue,
-                Some((_, o)) => return Ok(*o),
-                None => return Ok(MoveOutcome::Skipped),
-            }
-        }
-        Ok(MoveOutcome::Raced)
-    }
-
-    /// Move many extents to tier `to` in one pass of the copy protocol: every
-    /// copy, one sync of the destination, every commit, one flush, then the
-    /// sources are freed. Copies between neighbouring source and destination
-    /// slots are merged. An extent a foreground write changed meanwhile is
-    /// left in place (`Raced`; a later round retries). A device or store
-    /// error fails the extents not yet committed. Failpoints as for
-    /// [`Volume::migrate_extent`].
-    pub fn migrate_batch(
+    /// Step 1: snapshot each extent and take a destination slot on `to` for
+    /// it. Extents with nothing to do, or no room, are answered at once.
+    pub fn reserve_moves(
         &self,
         extents: &[(u64, Reason)],
         to: Tier,
-        pace: &mut dyn FnMut(u64),
-    ) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
-        let crash = self.failpoint.take();
-        self.migrate_inner(extents, to, pace, crash)
-    }
-
-    fn migrate_inner(
-        &self,
-        extents: &[(u64, Reason)],
-        to: Tier,
-        pace: &mut dyn FnMut(u64),
-        crash: failpoint::Armed,
-    ) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
-        let stop = |s: MoveStep| crash.hits(s);
+    ) -> VolumeResult<(Reserved, Vec<(u64, MoveOutcome)>)> {
         let mut out = Vec::with_capacity(extents.len());
-        // 1. Snapshot each extent and take destination slots.
         let mut items: Vec<Item> = Vec::with_capacity(extents.len());
         for &(extent, reason) in extents {
             let (Some(lock), Some(gen)) = (
@@ -175,37 +233,52 @@ impl Volume {
         for (it, d) in items.iter_mut().zip(dsts) {
             it.dst = d;
         }
-        if items.is_empty() {
-            return Ok(out);
-        }
-        if stop(MoveStep::Allocated) {
-            return Ok(stopped(out, items.iter(), MoveStep::Allocated));
-        }
-        // 2. Copy, without the extents' locks.
-        let mut copied = vec![0u64; items.len()];
-        if let Err(e) = self.copy_items(&items, &mut copied, pace) {
-            self.free_dsts(&items);
-            Stats::add(&self.stats.migration_errors, items.len() as u64);
+        Ok((Reserved { to, items }, out))
+    }
+
+    /// Step 2: copy, without the extents' locks. `pace(bytes)` is called
+    /// before each copy (it may sleep). On error the destinations are given
+    /// back.
+    pub fn copy_moves(&self, r: Reserved, pace: &mut dyn FnMut(u64)) -> VolumeResult<Copied> {
+        let mut copied = vec![0u64; r.items.len()];
+        if let Err(e) = self.copy_items(&r.items, &mut copied, pace) {
+            self.free_dsts(&r.items);
+            Stats::add(&self.stats.migration_errors, r.items.len() as u64);
             return Err(e);
         }
-        if stop(MoveStep::Copied) {
-            return Ok(stopped(out, items.iter(), MoveStep::Copied));
-        }
-        // 3. Make the copies durable.
-        let dev = self.devices.get(to);
+        Ok(Copied {
+            to: r.to,
+            items: r.items,
+            copied,
+        })
+    }
+
+    /// Step 3: make the copies durable. On error the destinations are given
+    /// back.
+    pub fn sync_moves(&self, c: Copied) -> VolumeResult<Synced> {
+        let dev = self.devices.get(c.to);
         if let Err(e) = dev.sync() {
-            self.free_dsts(&items);
-            Stats::add(&self.stats.migration_errors, items.len() as u64);
-            Stats::add(&self.stats.dev_errors[to.index()], 1);
+            self.free_dsts(&c.items);
+            Stats::add(&self.stats.migration_errors, c.items.len() as u64);
+            Stats::add(&self.stats.dev_errors[c.to.index()], 1);
             return Err(io_err(dev.as_ref())(e));
         }
-        if stop(MoveStep::Synced) {
-            return Ok(stopped(out, items.iter(), MoveStep::Synced));
-        }
-        // 4. Commit each mapping unless a foreground write changed it.
-        let mut committed: Vec<(usize, &Item)> = Vec::with_capacity(items.len());
+        Ok(Synced {
+            to: c.to,
+            items: c.items,
+            copied: c.copied,
+        })
+    }
+
+    /// Step 4: commit each mapping unless a foreground write changed the
+    /// extent since its snapshot (answered `Raced`, destination given back).
+    /// A store error stops the commits there: the rest give their
+    /// destinations back and the error is reported after step 6.
+    pub fn commit_moves(&self, s: Synced) -> (Committed, Vec<(u64, MoveOutcome)>) {
+        let mut out = Vec::new();
+        let mut committed = Vec::with_capacity(s.items.len());
         let mut failure = None;
-        for (k, it) in items.iter().enumerate() {
+        for (it, copied) in s.items.into_iter().zip(s.copied) {
             if failure.is_some() {
                 self.alloc.free_now(it.dst);
                 continue;
@@ -227,7 +300,8 @@ impl Volume {
                         continue;
                     }
                     gen.fetch_add(1, Ordering::AcqRel);
-                    committed.push((k, it));
+                    drop(guard);
+                    committed.push((it, copied));
                 }
                 _ => {
                     drop(guard);
@@ -240,49 +314,56 @@ impl Volume {
         if !committed.is_empty() {
             self.meta_dirty.store(true, Ordering::Release);
         }
-        if stop(MoveStep::Committed) {
-            return Ok(stopped(
-                out,
-                committed.iter().map(|(_, i)| *i),
-                MoveStep::Committed,
-            ));
-        }
-        // 5. Make the new mappings durable.
+        (
+            Committed {
+                to: s.to,
+                items: committed,
+                failure,
+            },
+            out,
+        )
+    }
+
+    /// Step 5: make the new mappings durable. On error the new mappings are
+    /// live but not yet durable: the sources are freed only after a later
+    /// flush succeeds.
+    pub fn flush_moves(&self, c: Committed) -> VolumeResult<Flushed> {
         if let Err(e) = self.flush() {
-            // The new mappings are live but not yet durable: the sources may
-            // be reused only after a later flush succeeds.
-            for (_, it) in &committed {
+            for (it, _) in &c.items {
                 self.alloc.free_deferred(it.src);
             }
-            Stats::add(&self.stats.migration_errors, committed.len() as u64);
+            Stats::add(&self.stats.migration_errors, c.items.len() as u64);
             return Err(e);
         }
-        if stop(MoveStep::Flushed) {
-            return Ok(stopped(
-                out,
-                committed.iter().map(|(_, i)| *i),
-                MoveStep::Flushed,
-            ));
-        }
-        // 6. Free the sources.
+        Ok(Flushed {
+            to: c.to,
+            items: c.items,
+            failure: c.failure,
+        })
+    }
+
+    /// Step 6: free the sources, count and record the moves. Returns the
+    /// store error step 4 met, if any.
+    pub fn release_moves(&self, f: Flushed) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
         let at = self.clock.unix_secs();
+        let mut out = Vec::with_capacity(f.items.len());
         let mut moves = self.moves.lock();
-        for (k, it) in &committed {
+        for (it, copied) in &f.items {
             self.alloc.free_now(it.src);
-            self.stats.migrated(to, it.reason, copied[*k]);
+            self.stats.migrated(f.to, it.reason, *copied);
             moves.insert(
                 it.extent,
                 MoveRecord {
                     at,
                     from: it.src.tier,
-                    to,
+                    to: f.to,
                     reason: it.reason,
                 },
             );
-            out.push((it.extent, MoveOutcome::Moved(copied[*k])));
+            out.push((it.extent, MoveOutcome::Moved(*copied)));
         }
         drop(moves);
-        match failure {
+        match f.failure {
             Some(e) => Err(e),
             None => Ok(out),
         }

@@ -1,0 +1,146 @@
+//! The crash-safe copy protocol: strings the volume's move steps together
+//! (reserve → copy → sync → commit → flush → release, each a typestate the
+//! volume hands out only in that order), retries an extent that foreground
+//! writes keep changing, and, in tests only, stops after a named step as a
+//! crash there would.
+//!
+//! Failpoints: with the `failpoints` cargo feature (which the crate's own
+//! tests turn on), [`arm_crash_after`] makes the next migration *on the
+//! calling thread* stop after a step, answering `Stopped(step)` for the
+//! extents it held; the test then drops the volume without flushing. Without
+//! the feature there is no way to arm one and every check is a constant
+//! `false`.
+
+use crate::units::Reason;
+use crate::volume::{MoveOutcome, MoveStep, Tier, Volume, VolumeResult};
+
+/// Attempts before a migration racing foreground writes gives up.
+const ATTEMPTS: usize = 3;
+
+#[cfg(feature = "failpoints")]
+thread_local! {
+    static ARMED: std::cell::Cell<Option<MoveStep>> = const { std::cell::Cell::new(None) };
+}
+
+/// Failpoint (tests only, `failpoints` feature): the next
+/// [`migrate_extent`] or [`migrate_batch`] on this thread stops after
+/// `step`, as a crash there would; drop the volume without flushing to
+/// complete the simulated crash.
+#[cfg(feature = "failpoints")]
+pub fn arm_crash_after(step: MoveStep) {
+    ARMED.with(|a| a.set(Some(step)));
+}
+
+/// Disarm and return the step this thread's next migration stops after.
+fn take_armed() -> Option<MoveStep> {
+    #[cfg(feature = "failpoints")]
+    {
+        ARMED.with(|a| a.take())
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        None
+    }
+}
+
+/// `out` plus `Stopped(step)` for each of `extents`, when the armed step is
+/// `step`; `None` (go on) otherwise. Without the feature: always `None`.
+fn stop_at(
+    armed: Option<MoveStep>,
+    step: MoveStep,
+    out: &mut Vec<(u64, MoveOutcome)>,
+    extents: impl FnOnce() -> Vec<u64>,
+) -> bool {
+    if armed != Some(step) {
+        return false;
+    }
+    #[cfg(feature = "failpoints")]
+    out.extend(
+        extents()
+            .into_iter()
+            .map(|e| (e, MoveOutcome::Stopped(step))),
+    );
+    #[cfg(not(feature = "failpoints"))]
+    let _ = (out, extents);
+    true
+}
+
+/// Move one extent to tier `to` with the crash-safe copy protocol,
+/// retrying a few times if foreground writes keep changing it.
+/// `pace(bytes)` is called before each copy (it may sleep).
+pub fn migrate_extent(
+    vol: &Volume,
+    extent: u64,
+    to: Tier,
+    reason: Reason,
+    pace: &mut dyn FnMut(u64),
+) -> VolumeResult<MoveOutcome> {
+    let armed = take_armed();
+    for _ in 0..ATTEMPTS {
+        let out = run(vol, &[(extent, reason)], to, pace, armed)?;
+        match out.first() {
+            Some((_, MoveOutcome::Raced)) => continue,
+            Some((_, o)) => return Ok(*o),
+            None => return Ok(MoveOutcome::Skipped),
+        }
+    }
+    Ok(MoveOutcome::Raced)
+}
+
+/// Move many extents to tier `to` in one pass of the copy protocol: every
+/// copy, one sync of the destination, every commit, one flush, then the
+/// sources are freed. Copies between neighbouring source and destination
+/// slots are merged. An extent a foreground write changed meanwhile is
+/// left in place (`Raced`; a later round retries). A device or store error
+/// fails the extents not yet committed.
+pub fn migrate_batch(
+    vol: &Volume,
+    extents: &[(u64, Reason)],
+    to: Tier,
+    pace: &mut dyn FnMut(u64),
+) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
+    let armed = take_armed();
+    run(vol, extents, to, pace, armed)
+}
+
+/// One pass of the protocol over `extents`.
+fn run(
+    vol: &Volume,
+    extents: &[(u64, Reason)],
+    to: Tier,
+    pace: &mut dyn FnMut(u64),
+    armed: Option<MoveStep>,
+) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
+    // 1. Snapshot each extent and take destination slots.
+    let (reserved, mut out) = vol.reserve_moves(extents, to)?;
+    if reserved.is_empty() {
+        return Ok(out);
+    }
+    if stop_at(armed, MoveStep::Allocated, &mut out, || reserved.extents()) {
+        return Ok(out);
+    }
+    // 2. Copy, without the extents' locks.
+    let copied = vol.copy_moves(reserved, pace)?;
+    if stop_at(armed, MoveStep::Copied, &mut out, || copied.extents()) {
+        return Ok(out);
+    }
+    // 3. Make the copies durable.
+    let synced = vol.sync_moves(copied)?;
+    if stop_at(armed, MoveStep::Synced, &mut out, || synced.extents()) {
+        return Ok(out);
+    }
+    // 4. Commit each mapping unless a foreground write changed it.
+    let (committed, raced) = vol.commit_moves(synced);
+    out.extend(raced);
+    if stop_at(armed, MoveStep::Committed, &mut out, || committed.extents()) {
+        return Ok(out);
+    }
+    // 5. Make the new mappings durable.
+    let flushed = vol.flush_moves(committed)?;
+    if stop_at(armed, MoveStep::Flushed, &mut out, || flushed.extents()) {
+        return Ok(out);
+    }
+    // 6. Free the sources.
+    out.extend(vol.release_moves(flushed)?);
+    Ok(out)
+}
