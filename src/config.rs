@@ -1,6 +1,11 @@
 //! The daemon configuration: one serde struct with kebab-case keys and
 //! documented defaults, layered by the `config` crate: built-in defaults <
-//! config file < `TIERD_*` environment < command-line flags, then validated.
+//! config file < `TIERD_*` environment < command-line flags, then validated
+//! (the top-level keys here, each table by its own `validate`). The list of
+//! keys (`table.key` inside a table) is derived from the struct by
+//! serializing the defaults; each key's `TIERD_*` variable and how a change
+//! takes effect on SIGHUP follow from its name. Every table refuses
+//! unknown keys.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
