@@ -1,6 +1,11 @@
 //! The daemon configuration: one serde struct with kebab-case keys and
 //! documented defaults, layered by the `config` crate: built-in defaults <
-//! config file < `TIERD_*` environment < command-line flags, then validated.
+//! config file < `TIERD_*` environment < command-line flags, then validated
+//! (the top-level keys here, each table by its own `validate`). The list of
+//! keys (`table.key` inside a table) is derived from the struct by
+//! serializing the defaults; each key's `TIERD_*` variable and how a change
+//! takes effect on SIGHUP follow from its name. Every table refuses
+//! unknown keys.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::heat::HeatConfig;
 use crate::migrate::MigrateConfig;
-use crate::units::{duration_secs, ByteSize};
+use crate::units::{duration_secs, ByteSize, InvalidKey};
 use crate::volume::{MAX_EXTENT_SIZE, MIN_EXTENT_SIZE};
 
 /// Everything `tierd serve` and `tierd format` are configured with.
@@ -129,48 +134,109 @@ pub enum ConfigError {
         /// What is wrong.
         problem: String,
     },
-    /// A value parses but is not acceptable.
-    #[error("configuration key `{key}`: {problem}")]
-    Invalid {
-        /// The key.
-        key: &'static str,
-        /// What is wrong.
-        problem: String,
-    },
+    /// A value parses but is not acceptable (the key is named).
+    #[error(transparent)]
+    Invalid(#[from] InvalidKey),
 }
-
-/// Tables whose keys are settable as `TIERD_<TABLE>__<KEY>`.
-pub const TABLES: [&str; 2] = ["heat", "migrate"];
-
-/// Keys settable from `TIERD_<KEY>` (upper case, `-` as `_`).
-pub const KEYS: [&str; 23] = [
-    "data-dir",
-    "ssd",
-    "hdd",
-    "meta-dir",
-    "ssd-size",
-    "hdd-size",
-    "listen",
-    "unix",
-    "extent-size",
-    "reserve",
-    "direct-io",
-    "export-name",
-    "log-level",
-    "ssd-model",
-    "hdd-model",
-    "read-only",
-    "max-connections",
-    "handshake-timeout",
-    "tls-cert",
-    "tls-key",
-    "tls-ca",
-    "metrics-listen",
-    "control",
-];
 
 /// Default address of the metrics endpoint.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:10810";
+
+/// How a key changed in the file takes effect on SIGHUP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reload {
+    /// Applied to the running daemon (`[migrate]`, `log-level`).
+    Live,
+    /// Only after a restart.
+    Restart,
+    /// Only when a volume is formatted: the running volume keeps its
+    /// geometry.
+    Format,
+}
+
+/// Every key with its default, `table.key` inside a table, derived from
+/// serializing [`Config::default`] (so no key can be left out of a list);
+/// sorted. A value of `Null` is an unset optional key.
+fn default_leaves() -> &'static [(String, serde_json::Value)] {
+    static LEAVES: std::sync::OnceLock<Vec<(String, serde_json::Value)>> =
+        std::sync::OnceLock::new();
+    LEAVES.get_or_init(|| {
+        // Plain strings, numbers, booleans and paths of the built-in
+        // defaults: serializing them cannot fail.
+        let v = serde_json::to_value(Config::default()).expect("the defaults serialize");
+        leaves(&v)
+    })
+}
+
+/// The leaves of a table, `table.key` inside nested tables.
+fn leaves(v: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
+    fn walk(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+        match v.as_object() {
+            Some(map) => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, v, out);
+                }
+            }
+            None => out.push((prefix.to_string(), v.clone())),
+        }
+    }
+    let mut out = Vec::new();
+    walk("", v, &mut out);
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Every configuration key, `table.key` inside a table (`heat.half-life`),
+/// sorted; derived from the [`Config`] struct itself.
+pub fn keys() -> impl Iterator<Item = &'static str> {
+    default_leaves().iter().map(|(k, _)| k.as_str())
+}
+
+/// Whether `key` is a configuration key.
+pub fn is_key(key: &str) -> bool {
+    default_leaves()
+        .binary_search_by(|(k, _)| k.as_str().cmp(key))
+        .is_ok()
+}
+
+/// The environment variable that sets `key`: `TIERD_`, then the key in
+/// upper case with `-` as `_` and a table's `.` as `__`
+/// (`TIERD_EXTENT_SIZE`, `TIERD_MIGRATE__MAX_MOVES`).
+pub fn env_var(key: &str) -> String {
+    format!(
+        "TIERD_{}",
+        key.replace('.', "__")
+            .replace('-', "_")
+            .to_ascii_uppercase()
+    )
+}
+
+/// The key a `TIERD_*` environment variable sets, if it names one (the
+/// inverse of [`env_var`]; the part after `TIERD_` in any case).
+pub fn key_of_env(var: &str) -> Option<String> {
+    let rest = var.strip_prefix("TIERD_")?.to_ascii_lowercase();
+    let key = rest
+        .split("__")
+        .map(|part| part.replace('_', "-"))
+        .collect::<Vec<_>>()
+        .join(".");
+    is_key(&key).then_some(key)
+}
+
+/// How a change of `key` takes effect on SIGHUP.
+pub fn reload_effect(key: &str) -> Reload {
+    match key {
+        "log-level" => Reload::Live,
+        k if k.starts_with("migrate.") => Reload::Live,
+        "ssd-size" | "hdd-size" | "extent-size" | "reserve" => Reload::Format,
+        _ => Reload::Restart,
+    }
+}
 
 impl Config {
     /// Load: defaults < `file` (if any) < `TIERD_*` variables from `env` <
@@ -186,19 +252,9 @@ impl Config {
             b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
         }
         for (k, v) in env {
-            if let Some(rest) = k.strip_prefix("TIERD_") {
-                let key = rest.to_ascii_lowercase();
-                let key = match key.split_once("__") {
-                    Some((table, k)) if TABLES.contains(&table) => {
-                        format!("{table}.{}", k.replace('_', "-"))
-                    }
-                    Some(_) => continue,
-                    None => key.replace('_', "-"),
-                };
-                if KEYS.contains(&key.as_str()) || key.contains('.') {
-                    let v = typed_for(&key, &v);
-                    b = b.set_override(key, v)?;
-                }
+            if let Some(key) = key_of_env(&k) {
+                let v = typed_for(&key, &v);
+                b = b.set_override(key, v)?;
             }
         }
         for (k, v) in overrides {
@@ -213,60 +269,81 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Check values that parse but make no sense.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// The keys whose values differ between `self` and `other`, sorted.
+    pub fn changed_keys(&self, other: &Config) -> Vec<&'static str> {
+        let (Ok(a), Ok(b)) = (serde_json::to_value(self), serde_json::to_value(other)) else {
+            // A path that is not UTF-8 does not serialize: compare whole.
+            return if self == other {
+                Vec::new()
+            } else {
+                keys().collect()
+            };
+        };
+        // Both have every key (an unset one as null), in the same order.
+        leaves(&a)
+            .into_iter()
+            .zip(leaves(&b))
+            .zip(keys())
+            .filter(|(((_, x), (_, y)), _)| x != y)
+            .map(|(_, k)| k)
+            .collect()
+    }
+
+    /// Check values that parse but make no sense: the top-level keys here,
+    /// each table by its own `validate`.
+    pub fn validate(&self) -> Result<(), InvalidKey> {
         let es = self.extent_size.0;
         if !es.is_power_of_two() || !(MIN_EXTENT_SIZE..=MAX_EXTENT_SIZE).contains(&es) {
-            return Err(ConfigError::Invalid {
-                key: "extent-size",
-                problem: format!(
+            return Err(InvalidKey::new(
+                "extent-size",
+                format!(
                     "{} must be a power of two from 64KiB to 64MiB",
                     self.extent_size
                 ),
-            });
+            ));
         }
         if !self.listen.is_empty() && self.listen.parse::<SocketAddr>().is_err() {
-            return Err(ConfigError::Invalid {
-                key: "listen",
-                problem: format!(
+            return Err(InvalidKey::new(
+                "listen",
+                format!(
                     "{:?} is not HOST:PORT (for example 127.0.0.1:10809)",
                     self.listen
                 ),
-            });
+            ));
         }
         if !self.metrics_listen.is_empty() && self.metrics_listen.parse::<SocketAddr>().is_err() {
-            return Err(ConfigError::Invalid {
-                key: "metrics-listen",
-                problem: format!(
+            return Err(InvalidKey::new(
+                "metrics-listen",
+                format!(
                     "{:?} is not HOST:PORT (for example {DEFAULT_METRICS_LISTEN}); \"\" turns metrics off",
                     self.metrics_listen
                 ),
-            });
+            ));
         }
         if let Some(p) = self.control_path() {
             // sockaddr_un holds 108 bytes including the terminating NUL.
             if p.as_os_str().len() > 107 {
-                return Err(ConfigError::Invalid {
-                    key: "control",
-                    problem: format!(
+                return Err(InvalidKey::new(
+                    "control",
+                    format!(
                         "{} is longer than a Unix socket path may be (107 bytes); choose a shorter path",
                         p.display()
                     ),
-                });
+                ));
             }
         }
         if self.listen.is_empty() && self.unix.is_none() {
-            return Err(ConfigError::Invalid {
-                key: "listen",
-                problem: "empty, and no unix socket is set: nothing to serve on".into(),
-            });
+            return Err(InvalidKey::new(
+                "listen",
+                "empty, and no unix socket is set: nothing to serve on",
+            ));
         }
         for (key, v) in [("ssd-size", self.ssd_size), ("hdd-size", self.hdd_size)] {
             if v.0 < 8 << 20 {
-                return Err(ConfigError::Invalid {
+                return Err(InvalidKey::new(
                     key,
-                    problem: format!("{v} is too small (at least 8MiB)"),
-                });
+                    format!("{v} is too small (at least 8MiB)"),
+                ));
             }
         }
         for (key, v, ssd) in [
@@ -277,9 +354,9 @@ impl Config {
                 let ok = crate::device::model::ModelKind::parse(name)
                     .is_some_and(|m| m.name().starts_with("ssd") == ssd);
                 if !ok {
-                    return Err(ConfigError::Invalid {
+                    return Err(InvalidKey::new(
                         key,
-                        problem: format!(
+                        format!(
                             "{name:?}: use {}",
                             if ssd {
                                 "ssd-sata or ssd-nvme"
@@ -287,90 +364,47 @@ impl Config {
                                 "hdd-5400 or hdd-7200"
                             }
                         ),
-                    });
+                    ));
                 }
             }
         }
-        let h = &self.heat;
-        if h.half_life.is_zero() || h.coverage_window.is_zero() {
-            return Err(ConfigError::Invalid {
-                key: "heat.half-life",
-                problem: "half-life and coverage-window must be above zero".into(),
-            });
-        }
-        let m = &self.migrate;
-        if m.interval.is_zero() {
-            return Err(ConfigError::Invalid {
-                key: "migrate.interval",
-                problem: "must be above zero".into(),
-            });
-        }
-        let p = &m.policy;
-        let bad = |x: f32| x.is_nan() || x < 0.0;
-        if bad(p.promote_margin)
-            || bad(p.promote_margin_abs)
-            || bad(p.promote_min_score)
-            || !m.reserve_boost.is_finite()
-            || m.reserve_boost < 0.0
-        {
-            return Err(ConfigError::Invalid {
-                key: "migrate",
-                problem: "scores, margins and reserve-boost must be finite and not negative".into(),
-            });
-        }
-        if !(0.0..=1.0).contains(&p.promote_borrow) {
-            return Err(ConfigError::Invalid {
-                key: "migrate.promote-borrow",
-                problem: "must be a share between 0 and 1".into(),
-            });
-        }
-        if m.batch == 0 || m.batch > 1024 {
-            return Err(ConfigError::Invalid {
-                key: "migrate.batch",
-                problem: "must be between 1 and 1024".into(),
-            });
-        }
+        self.heat.validate()?;
+        self.migrate.validate()?;
         if self.max_connections == 0 {
-            return Err(ConfigError::Invalid {
-                key: "max-connections",
-                problem: "must be at least 1".into(),
-            });
+            return Err(InvalidKey::new("max-connections", "must be at least 1"));
         }
         if self.handshake_timeout.is_zero() {
-            return Err(ConfigError::Invalid {
-                key: "handshake-timeout",
-                problem: "must be above zero".into(),
-            });
+            return Err(InvalidKey::new("handshake-timeout", "must be above zero"));
         }
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => {
-                return Err(ConfigError::Invalid {
-                    key: "tls-key",
-                    problem: "tls-cert is set but tls-key is not: TLS needs both".into(),
-                })
+                return Err(InvalidKey::new(
+                    "tls-key",
+                    "tls-cert is set but tls-key is not: TLS needs both",
+                ))
             }
             (None, Some(_)) => {
-                return Err(ConfigError::Invalid {
-                    key: "tls-cert",
-                    problem: "tls-key is set but tls-cert is not: TLS needs both".into(),
-                })
+                return Err(InvalidKey::new(
+                    "tls-cert",
+                    "tls-key is set but tls-cert is not: TLS needs both",
+                ))
             }
             _ => {}
         }
         if self.tls_ca.is_some() && self.tls_cert.is_none() {
-            return Err(ConfigError::Invalid {
-                key: "tls-ca",
-                problem: "client certificates need TLS: set tls-cert and tls-key too".into(),
-            });
+            return Err(InvalidKey::new(
+                "tls-ca",
+                "client certificates need TLS: set tls-cert and tls-key too",
+            ));
         }
         if tracing_level_ok(&self.log_level).is_err() {
-            return Err(ConfigError::Invalid {
-                key: "log-level",
-                problem: format!(
+            return Err(InvalidKey::new(
+                "log-level",
+                format!(
                     "{:?}: use error, warn, info, debug or trace",
                     self.log_level
                 ),
-            });
+            ));
         }
         Ok(())
     }
@@ -412,11 +446,14 @@ impl Config {
 }
 
 /// An environment or flag value as the type it looks like for table keys
-/// and the numeric or boolean top-level keys, so they can be set from
-/// strings (`TIERD_MIGRATE__MAX_MOVES=9`); paths, names and addresses stay
-/// strings (a data directory may well be called `123`).
+/// and the top-level keys whose default is a number or a boolean, so they
+/// can be set from strings (`TIERD_MIGRATE__MAX_MOVES=9`); paths, names
+/// and addresses stay strings (a data directory may well be called `123`).
 fn typed_for(key: &str, v: &str) -> config::Value {
-    if !(key.contains('.') || ["direct-io", "read-only", "max-connections"].contains(&key)) {
+    let scalar = default_leaves()
+        .iter()
+        .any(|(k, d)| k == key && (d.is_number() || d.is_boolean()));
+    if !(key.contains('.') || scalar) {
         return v.into();
     }
     if let Ok(i) = v.parse::<i64>() {
@@ -527,6 +564,33 @@ mod tests {
         let d = Config::default();
         assert_eq!(c.heat, d.heat);
         assert_eq!(c.migrate, d.migrate);
+        assert_eq!(c, d, "the example sets a value other than the default");
+        // Every key is in the example: set to its default, or (an optional
+        // key unset by default, which TOML cannot write) as a comment.
+        let raw = config::Config::builder()
+            .add_source(config::File::from(path.as_path()).format(config::FileFormat::Toml))
+            .build()
+            .and_then(|c| c.try_deserialize::<serde_json::Value>())
+            .expect("example parses");
+        let set: Vec<String> = leaves(&raw).into_iter().map(|(k, _)| k).collect();
+        let text = std::fs::read_to_string(&path).expect("example reads");
+        let commented = commented_keys(&text);
+        for (key, default) in default_leaves() {
+            if default.is_null() {
+                assert!(
+                    commented.contains(key),
+                    "docs/tierd.example.toml lacks `# {key} = ...`"
+                );
+            } else {
+                assert!(set.contains(key), "docs/tierd.example.toml lacks `{key}`");
+            }
+        }
+        for key in set.iter().chain(&commented) {
+            assert!(
+                is_key(key),
+                "docs/tierd.example.toml has unknown key `{key}`"
+            );
+        }
         let e =
             Config::load(None, env(&[("TIERD_MIGRATE__PROMOTE_BORROW", "1.5")]), &[]).unwrap_err();
         assert!(e.to_string().contains("promote-borrow"), "{e}");
@@ -545,5 +609,183 @@ mod tests {
         std::fs::write(&file, "no-such-key = 1\n").unwrap();
         let e = Config::load(Some(&file), env(&[]), &[]).unwrap_err();
         assert!(e.to_string().contains("no-such-key"), "{e}");
+    }
+
+    /// `# key = value` lines of a TOML text, `table.key` under `[table]`.
+    fn commented_keys(text: &str) -> Vec<String> {
+        let mut table = String::new();
+        let mut out = Vec::new();
+        for line in text.lines().map(str::trim) {
+            if let Some(t) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                table = format!("{t}.");
+            } else if let Some(c) = line.strip_prefix('#') {
+                let Some((k, _)) = c.trim_start().split_once('=') else {
+                    continue;
+                };
+                let k = k.trim();
+                if !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '-') {
+                    out.push(format!("{table}{k}"));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_table_refuses_unknown_keys_and_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
+        for (text, key) in [
+            ("[heat]\nno-such-key = 1\n", "heat.no-such-key"),
+            ("[migrate]\nno-such-key = 1\n", "migrate.no-such-key"),
+            (
+                "[migrate]\nmax-moves = 3\nno-such-key = 1\n",
+                "migrate.no-such-key",
+            ),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let e = Config::load(Some(&file), env(&[]), &[]).unwrap_err();
+            assert!(e.to_string().contains(key), "{text:?}: {e}");
+        }
+        // The policy's keys, flattened into [migrate], are still taken.
+        std::fs::write(&file, "[migrate]\nmax-moves = 3\npromote-borrow = 0.5\n").unwrap();
+        let c = Config::load(Some(&file), env(&[]), &[]).unwrap();
+        assert_eq!(c.migrate.policy.max_moves, 3);
+        assert_eq!(c.migrate.policy.promote_borrow, 0.5);
+    }
+
+    #[test]
+    fn keys_come_from_the_struct() {
+        let keys: Vec<&str> = keys().collect();
+        for k in [
+            "data-dir",
+            "listen",
+            "extent-size",
+            "export-name",
+            "control",
+            "heat.enabled",
+            "heat.half-life",
+            "migrate.enabled",
+            "migrate.reserve-boost",
+            "migrate.heat-save-interval",
+            "migrate.max-moves",
+            "migrate.promote-borrow",
+        ] {
+            assert!(keys.contains(&k), "{k} missing from {keys:?}");
+        }
+        assert!(!keys.contains(&"heat") && !keys.contains(&"migrate.policy"));
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "sorted, no repeats");
+    }
+
+    #[test]
+    fn every_key_has_its_environment_variable() {
+        assert_eq!(env_var("listen"), "TIERD_LISTEN");
+        assert_eq!(env_var("extent-size"), "TIERD_EXTENT_SIZE");
+        assert_eq!(env_var("heat.half-life"), "TIERD_HEAT__HALF_LIFE");
+        assert_eq!(env_var("migrate.max-moves"), "TIERD_MIGRATE__MAX_MOVES");
+        for k in keys() {
+            assert_eq!(key_of_env(&env_var(k)).as_deref(), Some(k));
+        }
+        assert_eq!(
+            key_of_env("TIERD_extent_size").as_deref(),
+            Some("extent-size")
+        );
+        for v in [
+            "TIERD_CONFIG",
+            "TIERD_UNRELATED",
+            "TIERD_HEAT__NO_SUCH",
+            "TIERD_DATA__DIR",
+        ] {
+            assert_eq!(key_of_env(v), None, "{v}");
+        }
+        // Each key set through its variable to its default as a string
+        // loads the defaults: every key is reachable from the environment.
+        for (k, d) in default_leaves() {
+            let v = match d {
+                serde_json::Value::Null => continue,
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let c = Config::load(None, env(&[(&env_var(k), &v)]), &[])
+                .unwrap_or_else(|e| panic!("{k} = {v:?}: {e}"));
+            assert_eq!(c, Config::default(), "{k} = {v:?}");
+        }
+        let c = Config::load(
+            None,
+            env(&[
+                ("TIERD_EXPORT_NAME", "foo"),
+                ("TIERD_HEAT__ENABLED", "false"),
+                ("TIERD_MIGRATE__HEAT_SAVE_INTERVAL", "10s"),
+                ("TIERD_READ_ONLY", "true"),
+                ("TIERD_MAX_CONNECTIONS", "9"),
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.export_name, "foo");
+        assert!(!c.heat.enabled && c.read_only);
+        assert_eq!(c.max_connections, 9);
+        assert_eq!(
+            c.migrate.heat_save_interval,
+            std::time::Duration::from_secs(10)
+        );
+    }
+
+    #[test]
+    fn sections_validate_themselves_naming_the_key() {
+        let mut c = Config::default();
+        c.heat.coverage_window = std::time::Duration::ZERO;
+        assert_eq!(c.heat.validate().unwrap_err().key, "heat.coverage-window");
+        let mut c = Config::default();
+        c.migrate.batch = 0;
+        assert_eq!(c.validate().unwrap_err().key, "migrate.batch");
+        c.migrate.batch = 1;
+        c.migrate.reserve_boost = -1.0;
+        assert_eq!(c.validate().unwrap_err().key, "migrate.reserve-boost");
+        c.migrate.reserve_boost = 1.0;
+        c.migrate.policy.promote_margin = f32::NAN;
+        assert_eq!(
+            c.migrate.validate().unwrap_err().key,
+            "migrate.promote-margin"
+        );
+        let e = Config::load(None, env(&[("TIERD_MIGRATE__INTERVAL", "0")]), &[]).unwrap_err();
+        assert!(e.to_string().contains("migrate.interval"), "{e}");
+    }
+
+    #[test]
+    fn changed_keys_say_how_they_take_effect() {
+        let a = Config::default();
+        let mut b = a.clone();
+        assert!(a.changed_keys(&b).is_empty());
+        b.migrate.policy.max_moves = 3;
+        b.heat.half_life = std::time::Duration::from_secs(600);
+        b.extent_size = ByteSize(2 << 20);
+        b.read_only = true;
+        b.log_level = "debug".into();
+        b.ssd = Some(PathBuf::from("/dev/x"));
+        let changed = b.changed_keys(&a);
+        assert_eq!(
+            changed,
+            [
+                "extent-size",
+                "heat.half-life",
+                "log-level",
+                "migrate.max-moves",
+                "read-only",
+                "ssd"
+            ]
+        );
+        let effects: Vec<Reload> = changed.iter().map(|k| reload_effect(k)).collect();
+        assert_eq!(
+            effects,
+            [
+                Reload::Format,
+                Reload::Restart,
+                Reload::Live,
+                Reload::Live,
+                Reload::Restart,
+                Reload::Restart
+            ]
+        );
     }
 }

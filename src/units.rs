@@ -1,5 +1,6 @@
 //! Shared vocabulary of every layer: byte sizes and durations as the
-//! configuration writes them, the I/O hint a request carries down to heat
+//! configuration writes them, the error a configuration section's
+//! `validate` returns (naming the key), the I/O hint a request carries down to heat
 //! tracking, and the reasons a migration moves an extent. It imports nothing
 //! of the crate; everything else may import it.
 
@@ -189,6 +190,28 @@ pub mod duration_secs {
                     "invalid duration {s:?}: use a number of seconds or 500ms, 60s, 5m, 1h"
                 ))
             }),
+        }
+    }
+}
+
+/// A configuration value that parses but is not acceptable. Each section's
+/// `validate` (`HeatConfig`, `MigrateConfig`, `Config`) returns it with the
+/// full key path (`migrate.bandwidth`, `listen`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("configuration key `{key}`: {problem}")]
+pub struct InvalidKey {
+    /// The key, `table.key` inside a table.
+    pub key: &'static str,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl InvalidKey {
+    /// `key` is not acceptable because of `problem`.
+    pub fn new(key: &'static str, problem: impl Into<String>) -> Self {
+        InvalidKey {
+            key,
+            problem: problem.into(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Configuration through the real binary: precedence file < TIERD_* env <
-//! flag (observed through which control socket answers), a bad value
-//! refused with its key named, SIGHUP applying `[migrate]` live (observed
+//! flag (observed through which control socket answers), a bad value and
+//! an unknown key in any table refused with the key named, SIGHUP applying `[migrate]` live (observed
 //! through `tierctl status --json`) and naming what needs a restart, and the
 //! systemd readiness protocol (READY=1, STOPPING=1 on NOTIFY_SOCKET).
 
@@ -128,6 +128,29 @@ fn bad_values_name_the_key() {
         err.contains("migrate.bandwidth") && err.contains("lots"),
         "{err}"
     );
+    assert!(!data.join("meta").exists(), "nothing was formatted");
+}
+
+#[test]
+fn unknown_keys_in_tables_are_refused_and_named() {
+    let dir = tempdir();
+    let data = dir.path().join("data");
+    for (table, key) in [
+        ("heat", "heat.no-such-key"),
+        ("migrate", "migrate.no-such-key"),
+    ] {
+        let cfg = dir.path().join(format!("{table}.toml"));
+        write(&cfg, format!("[{table}]\nno-such-key = 1\n").as_bytes());
+        let out = run(Command::new(tierd_bin())
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--config")
+            .arg(&cfg));
+        assert!(!out.status.success(), "{}", show("tierd serve", &out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key), "{err}");
+    }
     assert!(!data.join("meta").exists(), "nothing was formatted");
 }
 

@@ -1,11 +1,12 @@
 //! Interop with libnbd's `nbdinfo` against the real daemon: the export's
 //! size and block-size constraints as a client sees them, every advertised
-//! capability (`--can`), and the allocation map (`--map`, base:allocation)
-//! before and after a write.
+//! capability (`--can`), the allocation map (`--map`, base:allocation)
+//! before and after a write, and the export name set by `--export-name`
+//! (`--list`).
 
 mod common;
 
-use common::{run, run_ok, show, tool, Daemon, MIB};
+use common::{run, run_ok, show, tool, Daemon, DaemonOptions, MIB};
 use serde_json::Value;
 
 fn info_json(d: &Daemon) -> Value {
@@ -173,4 +174,39 @@ fn type_at(runs: &[Run], offset: u64) -> u64 {
         .find(|r| r.0 <= offset && offset < r.0 + r.1)
         .unwrap_or_else(|| panic!("no map run covers {offset}: {runs:?}"))
         .2
+}
+
+#[test]
+fn export_name_flag_is_honoured() {
+    let d = Daemon::start_with(DaemonOptions {
+        extra_args: vec!["--export-name".into(), "foo".into()],
+        ..DaemonOptions::small()
+    });
+    let out = run_ok(tool("nbdinfo").args(["--list", "--json"]).arg(d.uri()));
+    let v: Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("nbdinfo --list --json output ({e}):\n{out}"));
+    let names: Vec<&Value> = v["exports"]
+        .as_array()
+        .expect("exports")
+        .iter()
+        .map(|e| &e["export-name"])
+        .collect();
+    // The named export and the default one (""), both answering as "foo".
+    assert!(
+        !names.is_empty() && names.iter().all(|n| *n == "foo"),
+        "{v:#}"
+    );
+    run_ok(
+        tool("nbdinfo")
+            .arg("--size")
+            .arg(format!("{}/foo", d.uri())),
+    );
+    let out = run(tool("nbdinfo")
+        .arg("--size")
+        .arg(format!("{}/bar", d.uri())));
+    assert!(
+        !out.status.success(),
+        "export bar should not exist: {}",
+        show("nbdinfo --size", &out)
+    );
 }

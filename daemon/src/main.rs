@@ -1,13 +1,13 @@
-//! `tierd`: the tiered block-storage daemon. Thin: parses flags, loads the
-//! layered configuration and calls the library (`serve`, `format`).
-
-use std::path::PathBuf;
+//! `tierd`: the tiered block-storage daemon. Thin: parses flags (the
+//! configuration keys' flags are in `flags`), loads the layered
+//! configuration and calls the library (`serve`, `format`).
 
 use anyhow::Context;
 mod bench_cmd;
+mod flags;
 
-use clap::{Args, Parser, Subcommand};
-use tierd::config::Config;
+use clap::{Parser, Subcommand};
+use flags::Common;
 use tierd::serving::service;
 
 #[derive(Parser)]
@@ -40,122 +40,7 @@ enum Command {
     },
     /// Benchmark the hybrid against a pure SSD and a pure HDD, on device
     /// models (virtual or real clock) or real devices.
-    Bench(bench_cmd::BenchArgs),
-}
-
-/// Flags shared by every subcommand; each overrides the config file and the
-/// TIERD_* environment.
-#[derive(Args, Default, Clone)]
-struct Common {
-    /// Configuration file (TOML).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Data directory (default ./tierd-data).
-    #[arg(long, value_name = "DIR")]
-    data_dir: Option<PathBuf>,
-    /// SSD block device or image file.
-    #[arg(long, value_name = "PATH")]
-    ssd: Option<PathBuf>,
-    /// HDD block device or image file.
-    #[arg(long, value_name = "PATH")]
-    hdd: Option<PathBuf>,
-    /// Metadata directory (default DATA_DIR/meta).
-    #[arg(long, value_name = "DIR")]
-    meta_dir: Option<PathBuf>,
-    /// Size of the SSD image created on first start (default 4GiB).
-    #[arg(long, value_name = "SIZE")]
-    ssd_size: Option<String>,
-    /// Size of the HDD image created on first start (default 32GiB).
-    #[arg(long, value_name = "SIZE")]
-    hdd_size: Option<String>,
-    /// TCP address to listen on (default 127.0.0.1:10809; "" for none).
-    #[arg(long, value_name = "HOST:PORT")]
-    listen: Option<String>,
-    /// Unix socket to listen on as well.
-    #[arg(long, value_name = "PATH")]
-    unix: Option<PathBuf>,
-    /// Extent size of a new volume (default 1MiB).
-    #[arg(long, value_name = "SIZE")]
-    extent_size: Option<String>,
-    /// SSD reserve of a new volume (default 4GiB capped at 25 % of the SSD).
-    #[arg(long, value_name = "SIZE")]
-    reserve: Option<String>,
-    /// Open devices with O_DIRECT.
-    #[arg(long)]
-    direct_io: bool,
-    /// Time the SSD like a modelled drive: ssd-sata or ssd-nvme (demos, benchmarks).
-    #[arg(long, value_name = "MODEL")]
-    ssd_model: Option<String>,
-    /// Time the HDD like a modelled drive: hdd-5400 or hdd-7200.
-    #[arg(long, value_name = "MODEL")]
-    hdd_model: Option<String>,
-    /// Serve the volume read-only (writes get EPERM).
-    #[arg(long)]
-    read_only: bool,
-    /// NBD connections served at once (default 256).
-    #[arg(long, value_name = "N")]
-    max_connections: Option<String>,
-    /// Time allowed for a client's handshake, e.g. 30s, 500ms (default 30s).
-    #[arg(long, value_name = "DURATION")]
-    handshake_timeout: Option<String>,
-    /// Server certificate (PEM): serve NBD over TLS only (STARTTLS).
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    /// Private key (PEM) of --tls-cert.
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-    /// CA certificates (PEM): require client certificates signed by them.
-    #[arg(long, value_name = "FILE")]
-    tls_ca: Option<PathBuf>,
-    /// Log level when RUST_LOG is unset (error, warn, info, debug, trace).
-    #[arg(long, value_name = "LEVEL")]
-    log_level: Option<String>,
-    /// Prometheus metrics endpoint (default 127.0.0.1:10810; "" for none).
-    #[arg(long, value_name = "HOST:PORT")]
-    metrics_listen: Option<String>,
-    /// Control socket for tierctl (default DATA_DIR/control.sock; "" for none).
-    #[arg(long, value_name = "PATH")]
-    control: Option<String>,
-}
-
-impl Common {
-    fn load(&self) -> anyhow::Result<Config> {
-        let mut o: Vec<(&str, String)> = Vec::new();
-        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-        for (k, v) in [
-            ("data-dir", path(&self.data_dir)),
-            ("ssd", path(&self.ssd)),
-            ("hdd", path(&self.hdd)),
-            ("meta-dir", path(&self.meta_dir)),
-            ("ssd-size", self.ssd_size.clone()),
-            ("hdd-size", self.hdd_size.clone()),
-            ("listen", self.listen.clone()),
-            ("unix", path(&self.unix)),
-            ("extent-size", self.extent_size.clone()),
-            ("reserve", self.reserve.clone()),
-            ("read-only", self.read_only.then(|| "true".to_string())),
-            ("ssd-model", self.ssd_model.clone()),
-            ("hdd-model", self.hdd_model.clone()),
-            ("max-connections", self.max_connections.clone()),
-            ("handshake-timeout", self.handshake_timeout.clone()),
-            ("tls-cert", path(&self.tls_cert)),
-            ("tls-key", path(&self.tls_key)),
-            ("tls-ca", path(&self.tls_ca)),
-            ("log-level", self.log_level.clone()),
-            ("direct-io", self.direct_io.then(|| "true".to_string())),
-            ("metrics-listen", self.metrics_listen.clone()),
-            ("control", self.control.clone()),
-        ] {
-            if let Some(v) = v {
-                o.push((k, v));
-            }
-        }
-        let file = self
-            .config
-            .clone()
-            .or_else(|| std::env::var_os("TIERD_CONFIG").map(PathBuf::from));
-        Config::load(file.as_deref(), std::env::vars(), &o).context("loading the configuration")
-    }
+    Bench(Box<bench_cmd::BenchArgs>),
 }
 
 type LogHandle =
@@ -232,7 +117,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Bench(args) => {
             init_logging("warn");
-            bench_cmd::run(args)
+            bench_cmd::run(*args)
         }
         Command::Format {
             common,

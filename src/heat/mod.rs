@@ -19,13 +19,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::units::ByteSize;
+use crate::units::{ByteSize, InvalidKey};
 
 use crate::units::IoHint;
 
-/// Heat knobs.
+/// Heat knobs: the `[heat]` table of the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct HeatConfig {
     /// Record heat at all (off: no promotion ever happens; for measuring
     /// what heat tracking costs).
@@ -50,6 +50,25 @@ impl Default for HeatConfig {
             coverage_window: Duration::from_secs(60),
             sequential_cutoff: ByteSize(4 << 20),
         }
+    }
+}
+
+impl HeatConfig {
+    /// Check values that parse but make no sense; the error names the key
+    /// (`heat.half-life`).
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        for (key, d) in [
+            ("heat.half-life", self.half_life),
+            ("heat.coverage-window", self.coverage_window),
+        ] {
+            if d.is_zero() {
+                return Err(InvalidKey::new(
+                    key,
+                    "half-life and coverage-window must be above zero",
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

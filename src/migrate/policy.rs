@@ -40,7 +40,7 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::heat::HeatMap;
-use crate::units::Reason;
+use crate::units::{InvalidKey, Reason};
 use crate::volume::{pin_in, Tier, Volume};
 
 /// One planned move.
@@ -88,7 +88,9 @@ pub fn candidates(vol: &Volume, heat: &HeatMap) -> Vec<Candidate> {
         .collect()
 }
 
-/// Policy knobs.
+/// Policy knobs. Flattened into the `[migrate]` table (`migrate.max-moves`),
+/// whose `MigrateConfig` refuses unknown keys for both (serde's `flatten`
+/// does not combine with `deny_unknown_fields` on the flattened struct).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", default)]
 pub struct PolicyConfig {
@@ -125,6 +127,34 @@ impl Default for PolicyConfig {
             zone_min_active: 4,
             promote_borrow: 1.0,
         }
+    }
+}
+
+/// What `MigrateConfig::validate` says of negative scores, margins and
+/// reserve boosts.
+pub(crate) const NOT_NEGATIVE: &str =
+    "scores, margins and reserve-boost must be finite and not negative";
+
+impl PolicyConfig {
+    /// Check values that parse but make no sense; the error names the key
+    /// (`migrate.promote-borrow`: the policy's keys live in `[migrate]`).
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        for (key, x) in [
+            ("migrate.promote-margin", self.promote_margin),
+            ("migrate.promote-margin-abs", self.promote_margin_abs),
+            ("migrate.promote-min-score", self.promote_min_score),
+        ] {
+            if x.is_nan() || x < 0.0 {
+                return Err(InvalidKey::new(key, NOT_NEGATIVE));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.promote_borrow) {
+            return Err(InvalidKey::new(
+                "migrate.promote-borrow",
+                "must be a share between 0 and 1",
+            ));
+        }
+        Ok(())
     }
 }
 

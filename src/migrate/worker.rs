@@ -19,15 +19,17 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, error, warn};
 
 use super::bucket::TokenBucket;
-use super::policy::{candidates, plan, PlanInput, PolicyConfig};
+use super::policy::{candidates, plan, PlanInput, PolicyConfig, NOT_NEGATIVE};
 use crate::heat::HeatMap;
 use crate::units::ByteSize;
-use crate::units::Reason;
+use crate::units::{InvalidKey, Reason};
 use crate::volume::{MoveOutcome, Stats, Tier, Volume};
 
-/// Migration knobs.
+/// Migration knobs: the `[migrate]` table of the configuration, the
+/// policy's keys flattened into it. Unknown keys are refused: serde checks
+/// what neither this struct nor the flattened policy takes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", default)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
 pub struct MigrateConfig {
     /// Run the background migrator at all.
     pub enabled: bool,
@@ -78,6 +80,27 @@ impl Default for MigrateConfig {
             heat_save_interval: Duration::from_secs(300),
             policy: PolicyConfig::default(),
         }
+    }
+}
+
+impl MigrateConfig {
+    /// Check values that parse but make no sense, the policy's included;
+    /// the error names the key (`migrate.batch`).
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        if self.interval.is_zero() {
+            return Err(InvalidKey::new("migrate.interval", "must be above zero"));
+        }
+        self.policy.validate()?;
+        if !self.reserve_boost.is_finite() || self.reserve_boost < 0.0 {
+            return Err(InvalidKey::new("migrate.reserve-boost", NOT_NEGATIVE));
+        }
+        if self.batch == 0 || self.batch > 1024 {
+            return Err(InvalidKey::new(
+                "migrate.batch",
+                "must be between 1 and 1024",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use super::control;
 use super::live::{ConnectionProbe, Live};
 use super::metrics;
-use crate::config::Config;
+use crate::config::{reload_effect, Config, Reload};
 use crate::device::{BlockDevice, FileDevice};
 use crate::migrate::Migrator;
 use crate::nbd::{Server, ServerOptions, ServerTls, TlsFiles};
@@ -460,8 +460,9 @@ fn reload(hooks: &Hooks, applied: &mut Config, live: &Arc<Live>) {
             return;
         }
     };
+    let diff = new.changed_keys(applied);
     let mut changed = Vec::new();
-    if new.migrate != applied.migrate {
+    if diff.iter().any(|k| k.starts_with("migrate.")) {
         live.migrator.set_config(new.migrate);
         if new.migrate.enabled && live.worker.lock().is_none() {
             match live.migrator.spawn() {
@@ -471,7 +472,7 @@ fn reload(hooks: &Hooks, applied: &mut Config, live: &Arc<Live>) {
         }
         changed.push("migrate");
     }
-    if new.log_level != applied.log_level {
+    if diff.contains(&"log-level") {
         match &hooks.set_log_level {
             Some(set) => match set(&new.log_level) {
                 Ok(()) => changed.push("log-level"),
@@ -480,34 +481,13 @@ fn reload(hooks: &Hooks, applied: &mut Config, live: &Arc<Live>) {
             None => warn!("log-level changed but cannot be applied live: restart tierd"),
         }
     }
-    let restart: Vec<&str> = [
-        ("data-dir", new.data_dir != applied.data_dir),
-        ("ssd", new.ssd != applied.ssd),
-        ("hdd", new.hdd != applied.hdd),
-        ("meta-dir", new.meta_dir != applied.meta_dir),
-        ("listen", new.listen != applied.listen),
-        ("unix", new.unix != applied.unix),
-        ("direct-io", new.direct_io != applied.direct_io),
-        ("export-name", new.export_name != applied.export_name),
-        (
-            "metrics-listen",
-            new.metrics_listen != applied.metrics_listen,
-        ),
-        ("control", new.control != applied.control),
-        ("heat", new.heat != applied.heat),
-    ]
-    .into_iter()
-    .filter_map(|(k, c)| c.then_some(k))
-    .collect();
-    let format_only: Vec<&str> = [
-        ("ssd-size", new.ssd_size != applied.ssd_size),
-        ("hdd-size", new.hdd_size != applied.hdd_size),
-        ("extent-size", new.extent_size != applied.extent_size),
-        ("reserve", new.reserve != applied.reserve),
-    ]
-    .into_iter()
-    .filter_map(|(k, c)| c.then_some(k))
-    .collect();
+    let effect = |want: Reload| -> Vec<&str> {
+        diff.iter()
+            .copied()
+            .filter(|k| reload_effect(k) == want)
+            .collect()
+    };
+    let (restart, format_only) = (effect(Reload::Restart), effect(Reload::Format));
     info!(applied = ?changed, "SIGHUP: configuration reloaded");
     if !restart.is_empty() {
         warn!(keys = ?restart, "SIGHUP: these changes take effect only after a restart (the [heat] half-life is fixed when the volume opens)");

@@ -1,0 +1,282 @@
+//! The flags `serve` and `format` share: `--config FILE` and one flag per
+//! top-level configuration key, `--<key>`, all from one table ([`FLAGS`]).
+//! Given flags become (key, value) overrides of [`Config::load`], above the
+//! file and the `TIERD_*` environment.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
+use tierd::config::Config;
+
+/// What a flag takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Takes {
+    /// A path (need not be UTF-8 on the command line).
+    Path(&'static str),
+    /// Any other value; the name shown in `--help`.
+    Value(&'static str),
+    /// Nothing: given means `true`.
+    Switch,
+}
+
+/// A flag: the configuration key it sets (also its long name), what it
+/// takes, and its help line.
+struct Flag {
+    key: &'static str,
+    takes: Takes,
+    help: &'static str,
+}
+
+const fn flag(key: &'static str, takes: Takes, help: &'static str) -> Flag {
+    Flag { key, takes, help }
+}
+
+/// Every top-level key's flag, in `--help` order. Table keys (`[heat]`,
+/// `[migrate]`) are set in the file or as `TIERD_<TABLE>__<KEY>`.
+const FLAGS: &[Flag] = {
+    use Takes::{Path, Switch, Value};
+    &[
+        flag(
+            "data-dir",
+            Path("DIR"),
+            "Data directory (default ./tierd-data)",
+        ),
+        flag("ssd", Path("PATH"), "SSD block device or image file"),
+        flag("hdd", Path("PATH"), "HDD block device or image file"),
+        flag(
+            "meta-dir",
+            Path("DIR"),
+            "Metadata directory (default DATA_DIR/meta)",
+        ),
+        flag(
+            "ssd-size",
+            Value("SIZE"),
+            "Size of the SSD image created on first start (default 4GiB)",
+        ),
+        flag(
+            "hdd-size",
+            Value("SIZE"),
+            "Size of the HDD image created on first start (default 32GiB)",
+        ),
+        flag(
+            "listen",
+            Value("HOST:PORT"),
+            "TCP address to listen on (default 127.0.0.1:10809; \"\" for none)",
+        ),
+        flag("unix", Path("PATH"), "Unix socket to listen on as well"),
+        flag(
+            "extent-size",
+            Value("SIZE"),
+            "Extent size of a new volume (default 1MiB)",
+        ),
+        flag(
+            "reserve",
+            Value("SIZE"),
+            "SSD reserve of a new volume (default 4GiB capped at 25 % of the SSD)",
+        ),
+        flag("direct-io", Switch, "Open devices with O_DIRECT"),
+        flag(
+            "export-name",
+            Value("NAME"),
+            "NBD export name (default \"\", the default export)",
+        ),
+        flag(
+            "ssd-model",
+            Value("MODEL"),
+            "Time the SSD like a modelled drive: ssd-sata or ssd-nvme (demos, benchmarks)",
+        ),
+        flag(
+            "hdd-model",
+            Value("MODEL"),
+            "Time the HDD like a modelled drive: hdd-5400 or hdd-7200",
+        ),
+        flag(
+            "read-only",
+            Switch,
+            "Serve the volume read-only (writes get EPERM)",
+        ),
+        flag(
+            "max-connections",
+            Value("N"),
+            "NBD connections served at once (default 256)",
+        ),
+        flag(
+            "handshake-timeout",
+            Value("DURATION"),
+            "Time allowed for a client's handshake, e.g. 30s, 500ms (default 30s)",
+        ),
+        flag(
+            "tls-cert",
+            Path("FILE"),
+            "Server certificate (PEM): serve NBD over TLS only (STARTTLS)",
+        ),
+        flag("tls-key", Path("FILE"), "Private key (PEM) of --tls-cert"),
+        flag(
+            "tls-ca",
+            Path("FILE"),
+            "CA certificates (PEM): require client certificates signed by them",
+        ),
+        flag(
+            "log-level",
+            Value("LEVEL"),
+            "Log level when RUST_LOG is unset (error, warn, info, debug, trace)",
+        ),
+        flag(
+            "metrics-listen",
+            Value("HOST:PORT"),
+            "Prometheus metrics endpoint (default 127.0.0.1:10810; \"\" for none)",
+        ),
+        flag(
+            "control",
+            Value("PATH"),
+            "Control socket for tierctl (default DATA_DIR/control.sock; \"\" for none)",
+        ),
+    ]
+};
+
+/// Flags shared by `serve` and `format`; each key's flag overrides the
+/// config file and the TIERD_* environment.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Common {
+    /// `--config FILE`.
+    pub config: Option<PathBuf>,
+    /// (key, value) of each key flag given, in [`FLAGS`] order.
+    pub overrides: Vec<(&'static str, String)>,
+}
+
+impl Common {
+    /// The configuration: defaults < file (`--config` or `TIERD_CONFIG`) <
+    /// `TIERD_*` environment < these flags.
+    pub fn load(&self) -> anyhow::Result<Config> {
+        let file = self
+            .config
+            .clone()
+            .or_else(|| std::env::var_os("TIERD_CONFIG").map(PathBuf::from));
+        Config::load(file.as_deref(), std::env::vars(), &self.overrides)
+            .context("loading the configuration")
+    }
+}
+
+fn matches_error(e: clap::parser::MatchesError) -> clap::Error {
+    clap::Error::raw(clap::error::ErrorKind::InvalidValue, e)
+}
+
+impl FromArgMatches for Common {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut c = Common::default();
+        c.update_from_arg_matches(m)?;
+        Ok(c)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        if let Some(p) = m.try_get_one::<PathBuf>("config").map_err(matches_error)? {
+            self.config = Some(p.clone());
+        }
+        for f in FLAGS {
+            let v = match f.takes {
+                Takes::Path(_) => m
+                    .try_get_one::<PathBuf>(f.key)
+                    .map_err(matches_error)?
+                    .map(|p| p.display().to_string()),
+                Takes::Value(_) => m
+                    .try_get_one::<String>(f.key)
+                    .map_err(matches_error)?
+                    .cloned(),
+                Takes::Switch => m
+                    .try_get_one::<bool>(f.key)
+                    .map_err(matches_error)?
+                    .is_some_and(|on| *on)
+                    .then(|| "true".to_string()),
+            };
+            if let Some(v) = v {
+                self.overrides.retain(|(k, _)| *k != f.key);
+                self.overrides.push((f.key, v));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Args for Common {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        cmd = cmd.arg(
+            Arg::new("config")
+                .long("config")
+                .value_name("FILE")
+                .value_parser(clap::value_parser!(PathBuf))
+                .help("Configuration file (TOML)"),
+        );
+        for f in FLAGS {
+            let arg = Arg::new(f.key).long(f.key).help(f.help);
+            cmd = cmd.arg(match f.takes {
+                Takes::Path(name) => arg
+                    .value_name(name)
+                    .value_parser(clap::value_parser!(PathBuf)),
+                Takes::Value(name) => arg.value_name(name),
+                Takes::Switch => arg.action(ArgAction::SetTrue),
+            });
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        common: Common,
+    }
+
+    #[test]
+    fn every_top_level_key_has_its_flag_and_every_flag_a_key() {
+        let top: Vec<&str> = tierd::config::keys().filter(|k| !k.contains('.')).collect();
+        let mut flags: Vec<&str> = FLAGS.iter().map(|f| f.key).collect();
+        flags.sort_unstable();
+        assert_eq!(flags, top);
+    }
+
+    #[test]
+    fn flags_become_overrides_of_their_keys() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let c = Cli::try_parse_from([
+            "tierd",
+            "--config",
+            "/etc/tierd.toml",
+            "--export-name",
+            "foo",
+            "--read-only",
+            "--data-dir",
+            "/var/lib/tierd",
+            "--control",
+            "",
+        ])
+        .expect("parses")
+        .common;
+        assert_eq!(c.config, Some(PathBuf::from("/etc/tierd.toml")));
+        assert_eq!(
+            c.overrides,
+            vec![
+                ("data-dir", "/var/lib/tierd".to_string()),
+                ("export-name", "foo".to_string()),
+                ("read-only", "true".to_string()),
+                ("control", String::new()),
+            ]
+        );
+        let none = Cli::try_parse_from(["tierd"]).expect("parses").common;
+        assert_eq!(none, Common::default());
+        let cfg = Config::load(None, std::iter::empty(), &c.overrides).expect("loads");
+        assert_eq!(cfg.export_name, "foo");
+        assert!(cfg.read_only);
+        assert_eq!(cfg.control_path(), None);
+    }
+}
