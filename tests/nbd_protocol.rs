@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tierd::nbd::proto::*;
-use tierd::nbd::{Export, ExportError, MemExport, Server, ServerOptions, StatusRun};
+use tierd::nbd::{Export, ExportError, IoCtx, MemExport, Server, ServerOptions, StatusRun};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -24,7 +24,9 @@ const SLOW: Duration = Duration::from_millis(400);
 /// Reads at this offset panic inside the export.
 const PANIC_AT: u64 = 3 * 1024 * 1024;
 
-/// A [`MemExport`] with a slow spot and a broken spot.
+/// A [`MemExport`] with a slow spot and a broken spot. It never answers at
+/// once (`may_block: false` is always refused), so every request runs on a
+/// blocking thread; it advertises fast zero but refuses every fast zero.
 struct TestExport {
     mem: MemExport,
 }
@@ -45,7 +47,10 @@ impl Export for TestExport {
     fn size(&self) -> u64 {
         self.mem.size()
     }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+    fn read(&self, offset: u64, buf: &mut [u8], ctx: IoCtx) -> Result<(), ExportError> {
+        if !ctx.may_block {
+            return Err(ExportError::WouldBlock);
+        }
         if offset == SLOW_AT {
             std::thread::sleep(SLOW);
         }
@@ -55,13 +60,16 @@ impl Export for TestExport {
         if offset == PANIC_AT {
             panic!("injected export panic");
         }
-        self.mem.read(offset, buf)
+        self.mem.read(offset, buf, ctx)
     }
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+    fn write(&self, offset: u64, data: &[u8], ctx: IoCtx) -> Result<(), ExportError> {
+        if !ctx.may_block {
+            return Err(ExportError::WouldBlock);
+        }
         if offset == FAIL_AT {
             return Err(io_err());
         }
-        self.mem.write(offset, data, fua)
+        self.mem.write(offset, data, ctx)
     }
     fn flush(&self) -> Result<(), ExportError> {
         self.mem.flush()
@@ -92,6 +100,12 @@ impl Export for TestExport {
         max_runs: usize,
     ) -> Result<Vec<StatusRun>, ExportError> {
         self.mem.block_status(offset, len, max_runs)
+    }
+    fn can_fast_zero(&self) -> bool {
+        true
+    }
+    fn can_multi_conn(&self) -> bool {
+        self.mem.can_multi_conn()
     }
 }
 
@@ -996,7 +1010,7 @@ async fn read_only_export() {
         ..opts()
     };
     let mem = MemExport::new(SIZE);
-    mem.write(0, b"ro-data", false).unwrap();
+    mem.write(0, b"ro-data", IoCtx::default()).unwrap();
     let srv = start_with(Arc::new(mem), ro).await;
     let mut c = Client::ready(srv.addr, false).await;
     assert_ne!(c.tflags & FLAG_READ_ONLY, 0);
@@ -1279,7 +1293,7 @@ async fn nbdinfo_interop() {
         return;
     }
     let mem = MemExport::new(SIZE);
-    mem.write(65536, &[1u8; 65536], false).unwrap();
+    mem.write(65536, &[1u8; 65536], IoCtx::default()).unwrap();
     let srv = start_with(Arc::new(mem), opts()).await;
     let uri = format!("nbd://127.0.0.1:{}/disk", srv.addr.port());
 

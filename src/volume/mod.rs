@@ -16,6 +16,7 @@ mod stats;
 mod superblock;
 
 pub use failpoint::MoveStep;
+pub use io::AllocRun;
 pub use mover::{pin_in, MoveOutcome, MoveRecord, Pin, Placement, MERGE_MAX};
 pub use stats::Stats;
 
