@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tracing::{info, warn};
 
+use super::adapter::VolumeExport;
 use super::control;
 use super::live::{ConnectionProbe, Live};
 use super::metrics;
@@ -18,7 +19,6 @@ use crate::config::Config;
 use crate::device::{BlockDevice, FileDevice};
 use crate::migrate::Migrator;
 use crate::nbd::{RequestObserver, Server, ServerOptions, ServerTls, TlsFiles};
-use super::adapter::VolumeExport;
 use crate::store::{MetaStore, SledStore, StoreError};
 use crate::volume::{Devices, FormatOptions, Geometry, Volume, VolumeError, VolumeOptions};
 
