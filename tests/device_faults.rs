@@ -11,7 +11,8 @@ mod raw_client;
 use std::sync::Arc;
 
 use tierd::device::{BlockDevice, FaultDevice, FaultOp, FaultRule, MemDevice};
-use tierd::nbd::{Export, Server, ServerOptions};
+use tierd::nbd::{Export, IoCtx, Server, ServerOptions};
+use tierd::serving::VolumeExport;
 use tierd::store::{MemStore, MetaStore};
 use tierd::units::Reason;
 use tierd::volume::{Devices, FormatOptions, MoveOutcome, Stats, Tier, Volume};
@@ -112,15 +113,17 @@ fn read_fault_fails_only_that_extent_with_eio() {
     rig.dev(tier)
         .add(FaultRule::new(&[FaultOp::Read]).range(range));
 
-    let export: &dyn Export = vol.as_ref();
+    let export = VolumeExport::new(vol.clone());
     let mut buf = vec![0u8; 4096];
     let err = export
-        .read(4096, &mut buf)
+        .read(4096, &mut buf, IoCtx::default())
         .expect_err("read of the failing extent");
     assert_eq!(err.errno(), 5, "EIO expected, got {err}");
     // A read spanning a good and a failing extent fails as a whole.
     let mut span = vec![0u8; 2 * EXTENT as usize];
-    assert!(export.read(EXTENT / 2, &mut span).is_err());
+    assert!(export
+        .read(EXTENT / 2, &mut span, IoCtx::default())
+        .is_err());
     // Everything else works: reads elsewhere, unmapped space, writes.
     assert_eq!(read(&vol, 3 * EXTENT, EXTENT as usize), b);
     assert_eq!(read(&vol, 10 * EXTENT, 4096), vec![0u8; 4096]);
@@ -151,8 +154,10 @@ fn counted_write_faults_fail_those_writes_and_leak_nothing() {
     let data = fill(3, 8192);
     rig.ssd.add(FaultRule::new(&[FaultOp::Write]).times(2));
     // First write to a new extent: allocation, then the device write fails.
-    let export: &dyn Export = vol.as_ref();
-    let err = export.write(0, &data, false).expect_err("injected");
+    let export = VolumeExport::new(vol.clone());
+    let err = export
+        .write(0, &data, IoCtx::default())
+        .expect_err("injected");
     assert_eq!(err.errno(), 5);
     assert!(
         vol.mapping(0).is_none(),
@@ -262,7 +267,7 @@ fn failed_flush_is_an_error_and_a_later_flush_makes_data_durable() {
     vol.write(0, &new, false).expect("overwrite");
     vol.write(4 * EXTENT, &new, false).expect("new extent");
     rig.ssd.add(FaultRule::new(&[FaultOp::Sync]).times(1));
-    let export: &dyn Export = vol.as_ref();
+    let export = VolumeExport::new(vol.clone());
     let err = export
         .flush()
         .expect_err("a failed sync must fail the flush");
@@ -270,7 +275,9 @@ fn failed_flush_is_an_error_and_a_later_flush_makes_data_durable() {
     // FUA rides on the same flush: an error, never a silent success.
     rig.ssd.add(FaultRule::new(&[FaultOp::Sync]).times(1));
     assert!(
-        export.write(8 * EXTENT, &new, true).is_err(),
+        export
+            .write(8 * EXTENT, &new, IoCtx::default().with_fua(true))
+            .is_err(),
         "FUA write with a failed sync"
     );
     // The next flush succeeds and must sync what the failed ones did not.
@@ -423,7 +430,10 @@ fn nbd_read_of_failing_region_gets_eio_and_connection_keeps_working() {
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
-    let server = Server::new(vol.clone(), ServerOptions::default());
+    let server = Server::new(
+        Arc::new(VolumeExport::new(vol.clone())),
+        ServerOptions::default(),
+    );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serving = rt.spawn(async move {
         server

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tierd::nbd::proto::*;
-use tierd::nbd::{Export, ExportError, MemExport, Server, ServerOptions, StatusRun};
+use tierd::nbd::{Export, ExportError, IoCtx, MemExport, Server, ServerOptions, StatusRun};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -24,7 +24,9 @@ const SLOW: Duration = Duration::from_millis(400);
 /// Reads at this offset panic inside the export.
 const PANIC_AT: u64 = 3 * 1024 * 1024;
 
-/// A [`MemExport`] with a slow spot and a broken spot.
+/// A [`MemExport`] with a slow spot and a broken spot. It never answers at
+/// once (`may_block: false` is always refused), so every request runs on a
+/// blocking thread; it advertises fast zero but refuses every fast zero.
 struct TestExport {
     mem: MemExport,
 }
@@ -45,7 +47,10 @@ impl Export for TestExport {
     fn size(&self) -> u64 {
         self.mem.size()
     }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+    fn read(&self, offset: u64, buf: &mut [u8], ctx: IoCtx) -> Result<(), ExportError> {
+        if !ctx.may_block {
+            return Err(ExportError::WouldBlock);
+        }
         if offset == SLOW_AT {
             std::thread::sleep(SLOW);
         }
@@ -55,13 +60,16 @@ impl Export for TestExport {
         if offset == PANIC_AT {
             panic!("injected export panic");
         }
-        self.mem.read(offset, buf)
+        self.mem.read(offset, buf, ctx)
     }
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+    fn write(&self, offset: u64, data: &[u8], ctx: IoCtx) -> Result<(), ExportError> {
+        if !ctx.may_block {
+            return Err(ExportError::WouldBlock);
+        }
         if offset == FAIL_AT {
             return Err(io_err());
         }
-        self.mem.write(offset, data, fua)
+        self.mem.write(offset, data, ctx)
     }
     fn flush(&self) -> Result<(), ExportError> {
         self.mem.flush()
@@ -93,6 +101,12 @@ impl Export for TestExport {
     ) -> Result<Vec<StatusRun>, ExportError> {
         self.mem.block_status(offset, len, max_runs)
     }
+    fn can_fast_zero(&self) -> bool {
+        true
+    }
+    fn can_multi_conn(&self) -> bool {
+        self.mem.can_multi_conn()
+    }
 }
 
 struct Running {
@@ -102,6 +116,15 @@ struct Running {
 }
 
 impl Running {
+    /// Tell the server to stop without waiting; the task to wait on, and
+    /// the address it was serving.
+    fn stop(mut self) -> (JoinHandle<std::io::Result<()>>, SocketAddr) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        (self.task, self.addr)
+    }
+
     async fn shutdown(mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
@@ -112,6 +135,15 @@ impl Running {
             .expect("join")
             .expect("serve_tcp");
     }
+}
+
+/// Wait for a stopped server's accept loop to return cleanly.
+async fn server_returns(task: JoinHandle<std::io::Result<()>>) {
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("server returns")
+        .unwrap()
+        .unwrap();
 }
 
 fn opts() -> ServerOptions {
@@ -478,6 +510,88 @@ async fn with_timeout<F: Future>(f: F) -> F::Output {
         .expect("test timed out")
 }
 
+/// One request of a table and the errno its reply must carry (0: success).
+struct Case {
+    what: &'static str,
+    flags: u16,
+    typ: u16,
+    offset: u64,
+    len: u32,
+    /// WRITE payload (`len` is its length).
+    data: Vec<u8>,
+    errno: u32,
+}
+
+/// A case without payload.
+fn cmd(what: &'static str, flags: u16, typ: u16, offset: u64, len: u32, errno: u32) -> Case {
+    Case {
+        what,
+        flags,
+        typ,
+        offset,
+        len,
+        data: Vec::new(),
+        errno,
+    }
+}
+
+/// A WRITE case carrying `data`.
+fn write(what: &'static str, flags: u16, offset: u64, data: Vec<u8>, errno: u32) -> Case {
+    Case {
+        what,
+        flags,
+        typ: CMD_WRITE,
+        offset,
+        len: data.len() as u32,
+        data,
+        errno,
+    }
+}
+
+/// Send every case in turn (cookies from `*cookie` on) and check its errno;
+/// with `usable`, also check after each that the connection still serves a
+/// READ of the marker (see [`still_usable`]).
+async fn expect_errnos(c: &mut Client, cookie: &mut u64, cases: &[Case], usable: bool) {
+    for case in cases {
+        let id = *cookie;
+        *cookie += 1;
+        if case.typ == CMD_WRITE {
+            c.write(case.flags, id, case.offset, &case.data).await;
+        } else {
+            c.request(case.flags, case.typ, id, case.offset, case.len)
+                .await;
+        }
+        let got = c.result(id).await.0;
+        assert_eq!(got, case.errno, "{}", case.what);
+        if usable {
+            still_usable(c, cookie, case.what).await;
+        }
+    }
+}
+
+/// Send each option in turn; each must get exactly one reply, of the type given.
+async fn expect_single_replies(c: &mut Client, cases: &[(u32, &[u8], u32)]) {
+    for (option, data, typ) in cases {
+        let r = c.opt(*option, data).await;
+        assert_eq!(r.len(), 1, "option {option}");
+        assert_eq!(r[0].typ, *typ, "option {option}");
+    }
+}
+
+/// The single chunk of a reply: (flags, type, payload).
+fn only_chunk(r: &[Reply]) -> (u16, u16, &[u8]) {
+    let Reply::Chunk {
+        flags,
+        typ,
+        payload,
+        ..
+    } = &r[0]
+    else {
+        panic!("structured reply expected");
+    };
+    (*flags, *typ, payload)
+}
+
 #[tokio::test]
 async fn export_name_with_and_without_zeroes() {
     let srv = start().await;
@@ -586,13 +700,17 @@ async fn list_info_and_go() {
     assert!(!types.contains(&INFO_NAME));
 
     // Unknown export and malformed payloads: errors, handshake goes on.
-    let r = c.opt(OPT_GO, &info_payload("other", &[])).await;
-    assert_eq!(r.len(), 1);
-    assert_eq!(r[0].typ, REP_ERR_UNKNOWN);
     let mut bad = info_payload("disk", &[]);
     bad[3] = 200; // name length beyond the payload
-    assert_eq!(c.opt(OPT_GO, &bad).await[0].typ, REP_ERR_INVALID);
-    assert_eq!(c.opt(OPT_INFO, &[0, 0]).await[0].typ, REP_ERR_INVALID);
+    expect_single_replies(
+        &mut c,
+        &[
+            (OPT_GO, &info_payload("other", &[]), REP_ERR_UNKNOWN),
+            (OPT_GO, &bad, REP_ERR_INVALID),
+            (OPT_INFO, &[0, 0], REP_ERR_INVALID),
+        ],
+    )
+    .await;
 
     // Then GO works and enters transmission.
     let r = c.go("disk", &[INFO_BLOCK_SIZE]).await;
@@ -606,16 +724,20 @@ async fn list_info_and_go() {
 async fn unsupported_and_invalid_options() {
     let srv = start().await;
     let mut c = Client::greet(srv.addr, 3).await;
-    for opt in [OPT_STARTTLS, OPT_EXTENDED_HEADERS, OPT_PEEK_EXPORT, 4242] {
-        let r = c.opt(opt, &[]).await;
-        assert_eq!(r.len(), 1);
-        assert_eq!(r[0].typ, REP_ERR_UNSUP, "option {opt}");
-    }
-    let r = c.opt(OPT_STRUCTURED_REPLY, b"junk").await;
-    assert_eq!(r[0].typ, REP_ERR_INVALID);
-    // An over-long option is consumed and refused.
-    let r = c.opt(77, &vec![0u8; 100 * 1024]).await;
-    assert_eq!(r[0].typ, REP_ERR_TOO_BIG);
+    let too_long = vec![0u8; 100 * 1024];
+    expect_single_replies(
+        &mut c,
+        &[
+            (OPT_STARTTLS, &[], REP_ERR_UNSUP),
+            (OPT_EXTENDED_HEADERS, &[], REP_ERR_UNSUP),
+            (OPT_PEEK_EXPORT, &[], REP_ERR_UNSUP),
+            (4242, &[], REP_ERR_UNSUP),
+            (OPT_STRUCTURED_REPLY, b"junk", REP_ERR_INVALID),
+            // An over-long option is consumed and refused.
+            (77, &too_long, REP_ERR_TOO_BIG),
+        ],
+    )
+    .await;
     // Still in the handshake.
     let r = c.opt(OPT_LIST, &[]).await;
     assert_eq!(r.last().unwrap().typ, REP_ACK);
@@ -699,17 +821,9 @@ async fn meta_contexts() {
     c.request(0, CMD_BLOCK_STATUS, 1, 0, 4096).await;
     let r = c.full_reply(1).await;
     assert_eq!(r.len(), 1);
-    let Reply::Chunk {
-        flags,
-        typ,
-        payload,
-        ..
-    } = &r[0]
-    else {
-        panic!("structured reply expected");
-    };
-    assert_eq!(*flags, REPLY_FLAG_DONE);
-    assert_eq!(*typ, REPLY_TYPE_BLOCK_STATUS);
+    let (flags, typ, payload) = only_chunk(&r);
+    assert_eq!(flags, REPLY_FLAG_DONE);
+    assert_eq!(typ, REPLY_TYPE_BLOCK_STATUS);
     assert_eq!(
         descriptors(payload),
         (id, vec![(4096, STATE_HOLE | STATE_ZERO)])
@@ -726,14 +840,14 @@ async fn simple_replies_roundtrip() {
         c.write(CMD_FLAG_FUA, 1, 4096, &data).await;
         assert_eq!(c.result(1).await.0, 0);
         assert_eq!(c.read(2, 4096, 70_000).await, data);
-        assert_eq!(c.cmd(0, CMD_FLUSH, 3, 0, 0).await, 0);
-        assert_eq!(c.cmd(CMD_FLAG_FUA, CMD_FLUSH, 4, 0, 0).await, 0);
-        assert_eq!(c.cmd(0, CMD_CACHE, 5, 0, 65536).await, 0);
-        assert_eq!(
-            c.cmd(CMD_FLAG_NO_HOLE, CMD_WRITE_ZEROES, 6, 4096, 100)
-                .await,
-            0
-        );
+        let mut cookie = 3;
+        let cases = [
+            cmd("flush", 0, CMD_FLUSH, 0, 0, 0),
+            cmd("flush with FUA", CMD_FLAG_FUA, CMD_FLUSH, 0, 0, 0),
+            cmd("cache", 0, CMD_CACHE, 0, 65536, 0),
+            cmd("zeroes", CMD_FLAG_NO_HOLE, CMD_WRITE_ZEROES, 4096, 100, 0),
+        ];
+        expect_errnos(&mut c, &mut cookie, &cases, false).await;
         let back = c.read(7, 4096, 200).await;
         assert_eq!(&back[..100], &[0u8; 100][..]);
         assert_eq!(&back[100..], &data[100..200]);
@@ -776,16 +890,8 @@ async fn structured_replies_roundtrip() {
             c.request(flags, CMD_READ, cookie, 65536, 8192).await;
             let r = c.full_reply(cookie).await;
             assert_eq!(r.len(), 1);
-            let Reply::Chunk {
-                flags,
-                typ,
-                payload,
-                ..
-            } = &r[0]
-            else {
-                panic!("chunk expected");
-            };
-            assert_eq!((*flags, *typ), (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA));
+            let (flags, typ, payload) = only_chunk(&r);
+            assert_eq!((flags, typ), (REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA));
             assert_eq!(u64::from_be_bytes(payload[0..8].try_into().unwrap()), 65536);
             assert_eq!(&payload[8..], &data[..]);
         }
@@ -819,16 +925,8 @@ async fn structured_replies_roundtrip() {
         // Errors come as ERROR chunks with a message.
         c.request(0, CMD_READ, 8, SIZE, 1).await;
         let r = c.full_reply(8).await;
-        let Reply::Chunk {
-            flags,
-            typ,
-            payload,
-            ..
-        } = &r[0]
-        else {
-            panic!("chunk expected");
-        };
-        assert_eq!((*flags, *typ), (REPLY_FLAG_DONE, REPLY_TYPE_ERROR));
+        let (flags, typ, payload) = only_chunk(&r);
+        assert_eq!((flags, typ), (REPLY_FLAG_DONE, REPLY_TYPE_ERROR));
         assert_eq!(
             u32::from_be_bytes(payload[0..4].try_into().unwrap()),
             EINVAL
@@ -857,16 +955,16 @@ async fn error_cases(structured: bool) {
     assert_eq!(c.result(1).await.0, 0);
     let mut cookie = 100;
 
-    let cases: Vec<(&str, u16, u16, u64, u32, u32)> = vec![
-        ("read past end", 0, CMD_READ, SIZE - 10, 11, EINVAL),
-        ("read offset overflow", 0, CMD_READ, u64::MAX - 1, 4, EINVAL),
-        ("read too long", 0, CMD_READ, 0, 64 * 1024 + 1, EINVAL),
-        ("trim past end", 0, CMD_TRIM, SIZE, 1, EINVAL),
-        ("trim overflow", 0, CMD_TRIM, u64::MAX, 2, EINVAL),
-        ("cache past end", 0, CMD_CACHE, SIZE, 4096, EINVAL),
-        ("zeroes past end", 0, CMD_WRITE_ZEROES, SIZE - 1, 2, ENOSPC),
-        ("zeroes overflow", 0, CMD_WRITE_ZEROES, u64::MAX, 1, ENOSPC),
-        (
+    let cases = [
+        cmd("read past end", 0, CMD_READ, SIZE - 10, 11, EINVAL),
+        cmd("read offset overflow", 0, CMD_READ, u64::MAX - 1, 4, EINVAL),
+        cmd("read too long", 0, CMD_READ, 0, 64 * 1024 + 1, EINVAL),
+        cmd("trim past end", 0, CMD_TRIM, SIZE, 1, EINVAL),
+        cmd("trim overflow", 0, CMD_TRIM, u64::MAX, 2, EINVAL),
+        cmd("cache past end", 0, CMD_CACHE, SIZE, 4096, EINVAL),
+        cmd("zeroes past end", 0, CMD_WRITE_ZEROES, SIZE - 1, 2, ENOSPC),
+        cmd("zeroes overflow", 0, CMD_WRITE_ZEROES, u64::MAX, 1, ENOSPC),
+        cmd(
             "block status past end",
             0,
             CMD_BLOCK_STATUS,
@@ -874,7 +972,7 @@ async fn error_cases(structured: bool) {
             1,
             EINVAL,
         ),
-        (
+        cmd(
             "block status zero length",
             0,
             CMD_BLOCK_STATUS,
@@ -882,9 +980,9 @@ async fn error_cases(structured: bool) {
             0,
             EINVAL,
         ),
-        ("unknown command", 0, 99, 0, 0, EINVAL),
-        ("resize", 0, CMD_RESIZE, 0, 0, EINVAL),
-        (
+        cmd("unknown command", 0, 99, 0, 0, EINVAL),
+        cmd("resize", 0, CMD_RESIZE, 0, 0, EINVAL),
+        cmd(
             "read with NO_HOLE",
             CMD_FLAG_NO_HOLE,
             CMD_READ,
@@ -892,7 +990,7 @@ async fn error_cases(structured: bool) {
             6,
             EINVAL,
         ),
-        (
+        cmd(
             "trim with REQ_ONE",
             CMD_FLAG_REQ_ONE,
             CMD_TRIM,
@@ -900,8 +998,8 @@ async fn error_cases(structured: bool) {
             6,
             EINVAL,
         ),
-        ("flush with unknown flag", 1 << 9, CMD_FLUSH, 0, 0, EINVAL),
-        (
+        cmd("flush with unknown flag", 1 << 9, CMD_FLUSH, 0, 0, EINVAL),
+        cmd(
             "zeroes with DF",
             CMD_FLAG_DF,
             CMD_WRITE_ZEROES,
@@ -909,7 +1007,7 @@ async fn error_cases(structured: bool) {
             6,
             EINVAL,
         ),
-        (
+        cmd(
             "block status with NO_HOLE",
             CMD_FLAG_NO_HOLE,
             CMD_BLOCK_STATUS,
@@ -917,51 +1015,68 @@ async fn error_cases(structured: bool) {
             6,
             EINVAL,
         ),
-        ("device read error", 0, CMD_READ, FAIL_AT, 512, EIO),
-        ("export panic", 0, CMD_READ, PANIC_AT, 512, EIO),
+        cmd("device read error", 0, CMD_READ, FAIL_AT, 512, EIO),
+        cmd("export panic", 0, CMD_READ, PANIC_AT, 512, EIO),
     ];
-    for (what, flags, typ, offset, len, errno) in cases {
-        let got = c.cmd(flags, typ, cookie, offset, len).await;
-        cookie += 1;
-        assert_eq!(got, errno, "{what}");
-        still_usable(&mut c, &mut cookie, what).await;
-    }
+    expect_errnos(&mut c, &mut cookie, &cases, true).await;
     if !structured {
         // DF needs structured replies; BLOCK_STATUS too.
-        assert_eq!(c.cmd(CMD_FLAG_DF, CMD_READ, 50, 0, 6).await, EINVAL);
-        assert_eq!(c.cmd(0, CMD_BLOCK_STATUS, 51, 0, 6).await, EINVAL);
-        still_usable(&mut c, &mut cookie, "DF without structured").await;
+        let cases = [
+            cmd("DF without structured", CMD_FLAG_DF, CMD_READ, 0, 6, EINVAL),
+            cmd(
+                "block status without structured",
+                0,
+                CMD_BLOCK_STATUS,
+                0,
+                6,
+                EINVAL,
+            ),
+        ];
+        expect_errnos(&mut c, &mut cookie, &cases, true).await;
     }
 
     // Writes with a payload: the payload is consumed whatever the error.
     let payload = pattern(4096, 9);
-    c.write(0, 60, SIZE - 100, &payload).await;
-    assert_eq!(c.result(60).await.0, ENOSPC, "write past end");
-    still_usable(&mut c, &mut cookie, "write past end").await;
-    c.write(0, 61, u64::MAX - 10, &payload).await;
-    assert_eq!(c.result(61).await.0, ENOSPC, "write offset overflow");
-    still_usable(&mut c, &mut cookie, "write overflow").await;
-    c.write(CMD_FLAG_REQ_ONE, 62, 0, &payload).await;
-    assert_eq!(c.result(62).await.0, EINVAL, "write with REQ_ONE");
-    still_usable(&mut c, &mut cookie, "write with bad flags").await;
-    c.write(0, 63, FAIL_AT, &payload).await;
-    assert_eq!(c.result(63).await.0, EIO, "device write error");
-    still_usable(&mut c, &mut cookie, "device write error").await;
-    // Larger than max_request: discarded in chunks, then EINVAL.
-    let big = pattern(1024 * 1024 + 3, 1);
-    c.write(0, 64, 0, &big).await;
-    assert_eq!(c.result(64).await.0, EINVAL, "oversized write");
-    still_usable(&mut c, &mut cookie, "oversized write").await;
+    let cases = [
+        write("write past end", 0, SIZE - 100, payload.clone(), ENOSPC),
+        write(
+            "write offset overflow",
+            0,
+            u64::MAX - 10,
+            payload.clone(),
+            ENOSPC,
+        ),
+        write(
+            "write with REQ_ONE",
+            CMD_FLAG_REQ_ONE,
+            0,
+            payload.clone(),
+            EINVAL,
+        ),
+        write("device write error", 0, FAIL_AT, payload, EIO),
+        // Larger than max_request: discarded in chunks, then EINVAL.
+        write("oversized write", 0, 0, pattern(1024 * 1024 + 3, 1), EINVAL),
+    ];
+    expect_errnos(&mut c, &mut cookie, &cases, true).await;
 
-    // Zero-length requests succeed (and do nothing), without payload.
-    c.write(0, 70, 0, &[]).await;
-    assert_eq!(c.result(70).await.0, 0);
-    assert_eq!(c.cmd(0, CMD_READ, 71, 0, 0).await, 0);
-    assert_eq!(c.cmd(0, CMD_TRIM, 72, SIZE, 0).await, 0);
-    assert_eq!(c.cmd(0, CMD_WRITE_ZEROES, 73, 0, 0).await, 0);
-    assert_eq!(c.cmd(0, CMD_CACHE, 74, 0, 0).await, 0);
-    // ...but not past the end.
-    assert_eq!(c.cmd(0, CMD_READ, 75, SIZE + 1, 0).await, EINVAL);
+    // Zero-length requests succeed (and do nothing), without payload...
+    let cases = [
+        write("zero-length write", 0, 0, Vec::new(), 0),
+        cmd("zero-length read", 0, CMD_READ, 0, 0, 0),
+        cmd("zero-length trim at the end", 0, CMD_TRIM, SIZE, 0, 0),
+        cmd("zero-length zeroes", 0, CMD_WRITE_ZEROES, 0, 0, 0),
+        cmd("zero-length cache", 0, CMD_CACHE, 0, 0, 0),
+        // ...but not past the end.
+        cmd(
+            "zero-length read past the end",
+            0,
+            CMD_READ,
+            SIZE + 1,
+            0,
+            EINVAL,
+        ),
+    ];
+    expect_errnos(&mut c, &mut cookie, &cases, false).await;
     still_usable(&mut c, &mut cookie, "zero length").await;
     srv.shutdown().await;
 }
@@ -996,16 +1111,19 @@ async fn read_only_export() {
         ..opts()
     };
     let mem = MemExport::new(SIZE);
-    mem.write(0, b"ro-data", false).unwrap();
+    mem.write(0, b"ro-data", IoCtx::default()).unwrap();
     let srv = start_with(Arc::new(mem), ro).await;
     let mut c = Client::ready(srv.addr, false).await;
     assert_ne!(c.tflags & FLAG_READ_ONLY, 0);
-    c.write(0, 1, 0, &pattern(5000, 1)).await;
-    assert_eq!(c.result(1).await.0, EPERM);
-    assert_eq!(c.cmd(0, CMD_TRIM, 2, 0, 4096).await, EPERM);
-    assert_eq!(c.cmd(0, CMD_WRITE_ZEROES, 3, 0, 4096).await, EPERM);
-    assert_eq!(c.cmd(0, CMD_FLUSH, 4, 0, 0).await, 0);
-    assert_eq!(c.read(5, 0, 7).await, b"ro-data");
+    let mut cookie = 1;
+    let cases = [
+        write("write", 0, 0, pattern(5000, 1), EPERM),
+        cmd("trim", 0, CMD_TRIM, 0, 4096, EPERM),
+        cmd("zeroes", 0, CMD_WRITE_ZEROES, 0, 4096, EPERM),
+        cmd("flush", 0, CMD_FLUSH, 0, 0, 0),
+    ];
+    expect_errnos(&mut c, &mut cookie, &cases, false).await;
+    assert_eq!(c.read(cookie, 0, 7).await, b"ro-data");
     srv.shutdown().await;
 }
 
@@ -1074,16 +1192,11 @@ async fn shutdown_finishes_in_flight_requests() {
     c.request(0, CMD_READ, 1, SLOW_AT, 4096).await;
     // Let the server read the request before it is told to stop.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let Running { addr, stop, task } = srv;
-    let _ = stop.map(|s| s.send(()));
+    let (task, addr) = srv.stop();
     assert_eq!(c.result(1).await, (0, vec![0; 4096]));
     c.expect_closed().await;
     idle.expect_closed().await;
-    tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("server returns")
-        .unwrap()
-        .unwrap();
+    server_returns(task).await;
     // No longer accepting.
     assert!(TcpStream::connect(addr).await.is_err());
 }
@@ -1159,16 +1272,11 @@ async fn shutdown_answers_queued_requests_with_eshutdown() {
     // Waits for the single in-flight slot.
     c.request(0, CMD_READ, 2, 0, 512).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let Running { stop, task, .. } = srv;
-    let _ = stop.map(|s| s.send(()));
+    let (task, _) = srv.stop();
     assert_eq!(c.result(2).await.0, ESHUTDOWN);
     assert_eq!(c.result(1).await, (0, vec![0; 512]));
     c.expect_closed().await;
-    tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .expect("server returns")
-        .unwrap()
-        .unwrap();
+    server_returns(task).await;
 }
 
 #[tokio::test]
@@ -1279,7 +1387,7 @@ async fn nbdinfo_interop() {
         return;
     }
     let mem = MemExport::new(SIZE);
-    mem.write(65536, &[1u8; 65536], false).unwrap();
+    mem.write(65536, &[1u8; 65536], IoCtx::default()).unwrap();
     let srv = start_with(Arc::new(mem), opts()).await;
     let uri = format!("nbd://127.0.0.1:{}/disk", srv.addr.port());
 

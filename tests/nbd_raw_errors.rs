@@ -8,34 +8,21 @@
 //! (tests/nbd_protocol.rs covers the server against an in-memory export.)
 
 mod common;
+mod raw_client;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 use common::{random_bytes, Daemon, DaemonOptions, MIB};
-
-const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
-const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
-const OPT_REPLY_MAGIC: u64 = 0x0003_e889_0455_65a9;
-const REQUEST_MAGIC: u32 = 0x2560_9513;
-const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+use raw_client::{
+    go_payload, read_greeting, read_option_reply, request, send_option, CMD_DISC, CMD_FLUSH,
+    CMD_READ, CMD_TRIM, CMD_WRITE, EINVAL, ENOSPC, OPT_GO, REP_ACK, REP_INFO, SIMPLE_REPLY_MAGIC,
+};
 
 const FLAG_FIXED_NEWSTYLE: u32 = 1;
 const FLAG_NO_ZEROES: u32 = 2;
-const OPT_GO: u32 = 7;
-const REP_ACK: u32 = 1;
-const REP_INFO: u32 = 3;
 const INFO_EXPORT: u16 = 0;
-
-const CMD_READ: u16 = 0;
-const CMD_WRITE: u16 = 1;
-const CMD_DISC: u16 = 2;
-const CMD_FLUSH: u16 = 3;
-const CMD_TRIM: u16 = 4;
-
-const EINVAL: u32 = 22;
-const ENOSPC: u32 = 28;
 
 const MAX_REQUEST: u32 = 32 * 1024 * 1024;
 
@@ -60,9 +47,8 @@ impl Conn {
         s.set_read_timeout(Some(Duration::from_secs(30)))
             .expect("setting a read timeout");
         s.set_nodelay(true).expect("TCP_NODELAY");
-        assert_eq!(read_u64(&mut s), NBDMAGIC, "server greeting magic");
-        assert_eq!(read_u64(&mut s), IHAVEOPT, "server greeting: not newstyle");
-        let hflags = read_u16(&mut s);
+        // Checks NBDMAGIC and IHAVEOPT (newstyle).
+        let hflags = read_greeting(&mut s).expect("server greeting");
         assert!(
             u32::from(hflags) & FLAG_FIXED_NEWSTYLE != 0,
             "server is not fixed newstyle"
@@ -74,22 +60,14 @@ impl Conn {
         s.write_all(&cflags.to_be_bytes()).expect("client flags");
 
         // NBD_OPT_GO for the default export "" with no info requests.
-        let mut opt = Vec::new();
-        opt.extend_from_slice(&IHAVEOPT.to_be_bytes());
-        opt.extend_from_slice(&OPT_GO.to_be_bytes());
-        opt.extend_from_slice(&6u32.to_be_bytes());
-        opt.extend_from_slice(&0u32.to_be_bytes()); // name length
-        opt.extend_from_slice(&0u16.to_be_bytes()); // info requests
-        s.write_all(&opt).expect("sending NBD_OPT_GO");
+        send_option(&mut s, OPT_GO, &go_payload("")).expect("sending NBD_OPT_GO");
 
         let (mut size, mut flags) = (None, 0);
         loop {
-            assert_eq!(read_u64(&mut s), OPT_REPLY_MAGIC, "option reply magic");
-            assert_eq!(read_u32(&mut s), OPT_GO, "option reply to the wrong option");
-            let rtype = read_u32(&mut s);
-            let len = read_u32(&mut s) as usize;
-            let mut data = vec![0u8; len];
-            s.read_exact(&mut data).expect("option reply data");
+            // Checks the option reply magic.
+            let (option, rtype, data) = read_option_reply(&mut s).expect("option reply");
+            assert_eq!(option, OPT_GO, "option reply to the wrong option");
+            let len = data.len();
             match rtype {
                 REP_ACK => break,
                 REP_INFO => {
@@ -118,13 +96,7 @@ impl Conn {
     /// Send a request header (and payload); return its cookie.
     fn send(&mut self, flags: u16, cmd: u16, offset: u64, len: u32, payload: &[u8]) -> u64 {
         self.cookie += 1;
-        let mut h = Vec::with_capacity(28);
-        h.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        h.extend_from_slice(&flags.to_be_bytes());
-        h.extend_from_slice(&cmd.to_be_bytes());
-        h.extend_from_slice(&self.cookie.to_be_bytes());
-        h.extend_from_slice(&offset.to_be_bytes());
-        h.extend_from_slice(&len.to_be_bytes());
+        let h = request(flags, cmd, self.cookie, offset, len);
         self.s.write_all(&h).expect("sending a request header");
         self.s.write_all(payload).expect("sending a write payload");
         self.cookie
@@ -171,12 +143,6 @@ impl Conn {
             "after {what}: a normal READ returned the wrong data"
         );
     }
-}
-
-fn read_u16(s: &mut TcpStream) -> u16 {
-    let mut b = [0u8; 2];
-    s.read_exact(&mut b).expect("reading from tierd");
-    u16::from_be_bytes(b)
 }
 
 fn read_u32(s: &mut TcpStream) -> u32 {

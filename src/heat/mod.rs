@@ -11,7 +11,8 @@
 //! place on the SSD.
 //!
 //! Long sequential streams earn no heat at all (see [`IoHint`]): a backup or
-//! a scan must not flush the SSD.
+//! a scan must not flush the SSD; [`stream`] works out, per connection,
+//! which requests belong to such a stream.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -21,7 +22,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::{ByteSize, InvalidKey};
 
+pub mod stream;
+
 use crate::units::IoHint;
+pub use stream::StreamDetector;
 
 /// Heat knobs: the `[heat]` table of the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

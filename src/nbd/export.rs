@@ -1,15 +1,22 @@
 //! The boundary between the NBD server and whatever it serves.
 //!
-//! [`Export`] is the small object-safe trait the server calls; the tiered
-//! volume implements it, and so does [`MemExport`], a sparse in-memory export
-//! used to test the protocol layer on its own. Methods are synchronous and may
-//! block on device I/O: the server calls them from blocking threads.
+//! [`Export`] is the small object-safe trait the server calls. Data moves
+//! through one [`Export::read`] and one [`Export::write`], each taking an
+//! [`IoCtx`]: the connection's stream hint, whether the call may wait for a
+//! device (without waiting, an export answers [`ExportError::WouldBlock`]
+//! and the server retries on a blocking thread) and FUA. The capability
+//! methods say what the export supports; the server derives the
+//! transmission flags it advertises from them, and refuses commands the
+//! export cannot serve. [`Export::connect`] gives each client connection its
+//! own [`ExportConn`], which sees the connection's READs and WRITEs in
+//! request order and picks their hint.
+//!
+//! [`ExportError`] is the one place where failures become NBD errnos (the
+//! values are the `E*` constants of [`proto`](super::proto)).
 
-use std::collections::BTreeMap;
 use std::io;
 
-use parking_lot::Mutex;
-
+use super::proto;
 use crate::units::IoHint;
 
 /// Why an export operation failed; each maps to one NBD errno.
@@ -30,6 +37,10 @@ pub enum ExportError {
     /// The export is read-only.
     #[error("export is read-only")]
     ReadOnly,
+    /// A call with [`IoCtx::may_block`] unset would have had to wait;
+    /// nothing was done.
+    #[error("the operation would block")]
+    WouldBlock,
     /// A device failed.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
@@ -39,12 +50,64 @@ impl ExportError {
     /// The NBD error number sent to the client.
     pub fn errno(&self) -> u32 {
         match self {
-            ExportError::OutOfRange { .. } | ExportError::Invalid(_) => 22, // EINVAL
-            ExportError::NoSpace(_) => 28,                                  // ENOSPC
-            ExportError::NotSupported(_) => 95,                             // ENOTSUP
-            ExportError::ReadOnly => 1,                                     // EPERM
-            ExportError::Io(_) => 5,                                        // EIO
+            ExportError::OutOfRange { .. } | ExportError::Invalid(_) => proto::EINVAL,
+            ExportError::NoSpace(_) => proto::ENOSPC,
+            ExportError::NotSupported(_) => proto::ENOTSUP,
+            ExportError::ReadOnly => proto::EPERM,
+            // Never sent for a call that was allowed to wait, unless the
+            // export is broken: then it is an I/O error.
+            ExportError::WouldBlock | ExportError::Io(_) => proto::EIO,
         }
+    }
+}
+
+/// How one READ or WRITE is to be done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoCtx {
+    /// The connection's stream hint (from [`ExportConn::hint`]).
+    pub hint: IoHint,
+    /// The call may wait for a device. When unset the export either
+    /// completes at once or answers [`ExportError::WouldBlock`] having done
+    /// nothing (and recorded nothing).
+    pub may_block: bool,
+    /// A write is durable before the call returns (`NBD_CMD_FLAG_FUA`).
+    pub fua: bool,
+}
+
+impl Default for IoCtx {
+    /// A plain call that may block: no hint, no FUA.
+    fn default() -> Self {
+        IoCtx::blocking()
+    }
+}
+
+impl IoCtx {
+    /// May block, no hint, no FUA.
+    pub fn blocking() -> Self {
+        IoCtx {
+            hint: IoHint::default(),
+            may_block: true,
+            fua: false,
+        }
+    }
+
+    /// Must not block, no FUA.
+    pub fn nowait(hint: IoHint) -> Self {
+        IoCtx {
+            hint,
+            may_block: false,
+            fua: false,
+        }
+    }
+
+    /// This context with `hint`.
+    pub fn with_hint(self, hint: IoHint) -> Self {
+        IoCtx { hint, ..self }
+    }
+
+    /// This context with FUA set or not.
+    pub fn with_fua(self, fua: bool) -> Self {
+        IoCtx { fua, ..self }
     }
 }
 
@@ -59,51 +122,46 @@ pub struct StatusRun {
     pub zero: bool,
 }
 
+/// The per-connection side of an export, made by [`Export::connect`] once a
+/// client reaches the transmission phase and dropped when it leaves. The
+/// server calls it on the connection's reader, in request order.
+pub trait ExportConn: Send {
+    /// The hint for a READ or WRITE of `len` bytes at `offset` (called for
+    /// every READ and WRITE that will run, in the order the client sent
+    /// them).
+    fn hint(&mut self, offset: u64, len: u64) -> IoHint;
+}
+
+/// An [`ExportConn`] with no per-connection state: every hint is the default.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHints;
+
+impl ExportConn for NoHints {
+    fn hint(&mut self, _offset: u64, _len: u64) -> IoHint {
+        IoHint::default()
+    }
+}
+
 /// What the NBD server serves. All offsets and lengths are in bytes and are
 /// checked against [`Export::size`] by the server before the call; an export
 /// still checks them itself and answers [`ExportError::OutOfRange`].
+///
+/// Methods are synchronous; with [`IoCtx::may_block`] (and for every method
+/// without an [`IoCtx`]) they may block on device I/O, and the server then
+/// calls them from blocking threads.
+///
+/// Capabilities: a capability that is only the presence of a required
+/// method (flush, FUA, trim, zero, cache, block status) defaults to `true`;
+/// one that is a promise about behaviour (fast zero, multi-conn consistency,
+/// read-only) defaults to `false`.
 pub trait Export: Send + Sync + 'static {
     /// Size of the export in bytes.
     fn size(&self) -> u64;
     /// Fill `buf` with the bytes at `offset`.
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError>;
-    /// Store `data` at `offset`; with `fua` it is durable before returning.
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError>;
-    /// [`Export::read`] with the connection's stream hint.
-    fn read_hinted(&self, offset: u64, buf: &mut [u8], _hint: IoHint) -> Result<(), ExportError> {
-        self.read(offset, buf)
-    }
-    /// [`Export::read_hinted`] without waiting for a device: `None` when
-    /// that is not possible now (the server then runs the read on a
-    /// blocking thread). Default: never.
-    fn read_nowait(
-        &self,
-        _offset: u64,
-        _buf: &mut [u8],
-        _hint: IoHint,
-    ) -> Option<Result<(), ExportError>> {
-        None
-    }
-    /// [`Export::write_hinted`] (without FUA) without waiting for a device:
-    /// `None` when not possible now (nothing was written). Default: never.
-    fn write_nowait(
-        &self,
-        _offset: u64,
-        _data: &[u8],
-        _hint: IoHint,
-    ) -> Option<Result<(), ExportError>> {
-        None
-    }
-    /// [`Export::write`] with the connection's stream hint.
-    fn write_hinted(
-        &self,
-        offset: u64,
-        data: &[u8],
-        fua: bool,
-        _hint: IoHint,
-    ) -> Result<(), ExportError> {
-        self.write(offset, data, fua)
-    }
+    fn read(&self, offset: u64, buf: &mut [u8], ctx: IoCtx) -> Result<(), ExportError>;
+    /// Store `data` at `offset`; with [`IoCtx::fua`] it is durable before
+    /// returning.
+    fn write(&self, offset: u64, data: &[u8], ctx: IoCtx) -> Result<(), ExportError>;
     /// Make every write acknowledged so far durable.
     fn flush(&self) -> Result<(), ExportError>;
     /// Discard a range (its contents become unspecified; tierd makes them zero).
@@ -128,129 +186,50 @@ pub trait Export: Send + Sync + 'static {
         len: u64,
         max_runs: usize,
     ) -> Result<Vec<StatusRun>, ExportError>;
-}
 
-const MEM_CHUNK: u64 = 64 * 1024;
-
-/// A sparse in-memory export in 64 KiB chunks: unwritten chunks are holes.
-pub struct MemExport {
-    size: u64,
-    chunks: Mutex<BTreeMap<u64, Box<[u8]>>>,
-}
-
-impl MemExport {
-    /// A new all-zero export of `size` bytes.
-    pub fn new(size: u64) -> Self {
-        MemExport {
-            size,
-            chunks: Mutex::new(BTreeMap::new()),
-        }
+    /// State for one client connection. Default: [`NoHints`].
+    fn connect(&self) -> Box<dyn ExportConn> {
+        Box::new(NoHints)
     }
 
-    fn check(&self, offset: u64, len: u64) -> Result<(), ExportError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.size => Ok(()),
-            _ => Err(ExportError::OutOfRange { offset, len }),
-        }
+    /// The export refuses every change (advertised as `NBD_FLAG_READ_ONLY`).
+    fn is_read_only(&self) -> bool {
+        false
     }
-
-    /// Apply `f(chunk_index, range_in_chunk, range_in_request)` over a range.
-    fn for_each_chunk(offset: u64, len: u64, mut f: impl FnMut(u64, usize, usize, usize)) {
-        let mut pos = offset;
-        let end = offset + len;
-        while pos < end {
-            let idx = pos / MEM_CHUNK;
-            let within = (pos % MEM_CHUNK) as usize;
-            let n = ((MEM_CHUNK - within as u64).min(end - pos)) as usize;
-            f(idx, within, n, (pos - offset) as usize);
-            pos += n as u64;
-        }
+    /// [`Export::flush`] works (`NBD_FLAG_SEND_FLUSH`).
+    fn can_flush(&self) -> bool {
+        true
     }
-}
-
-impl Export for MemExport {
-    fn size(&self) -> u64 {
-        self.size
+    /// [`IoCtx::fua`] and the `fua` arguments are honoured (`NBD_FLAG_SEND_FUA`).
+    fn can_fua(&self) -> bool {
+        true
     }
-
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        self.check(offset, buf.len() as u64)?;
-        let chunks = self.chunks.lock();
-        Self::for_each_chunk(offset, buf.len() as u64, |idx, within, n, at| {
-            let dst = &mut buf[at..at + n];
-            match chunks.get(&idx) {
-                Some(c) => dst.copy_from_slice(&c[within..within + n]),
-                None => dst.fill(0),
-            }
-        });
-        Ok(())
+    /// [`Export::trim`] works (`NBD_FLAG_SEND_TRIM`).
+    fn can_trim(&self) -> bool {
+        true
     }
-
-    fn write(&self, offset: u64, data: &[u8], _fua: bool) -> Result<(), ExportError> {
-        self.check(offset, data.len() as u64)?;
-        let mut chunks = self.chunks.lock();
-        Self::for_each_chunk(offset, data.len() as u64, |idx, within, n, at| {
-            let c = chunks
-                .entry(idx)
-                .or_insert_with(|| vec![0u8; MEM_CHUNK as usize].into_boxed_slice());
-            c[within..within + n].copy_from_slice(&data[at..at + n]);
-        });
-        Ok(())
+    /// [`Export::write_zeroes`] works (`NBD_FLAG_SEND_WRITE_ZEROES`).
+    fn can_zero(&self) -> bool {
+        true
     }
-
-    fn flush(&self) -> Result<(), ExportError> {
-        Ok(())
+    /// [`Export::write_zeroes`] honours `fast`: it fails with
+    /// [`ExportError::NotSupported`] rather than be slow
+    /// (`NBD_FLAG_SEND_FAST_ZERO`).
+    fn can_fast_zero(&self) -> bool {
+        false
     }
-
-    fn trim(&self, offset: u64, len: u64, _fua: bool) -> Result<(), ExportError> {
-        self.write_zeroes(offset, len, false, false, false)
+    /// [`Export::cache`] works (`NBD_FLAG_SEND_CACHE`).
+    fn can_cache(&self) -> bool {
+        true
     }
-
-    fn write_zeroes(
-        &self,
-        offset: u64,
-        len: u64,
-        no_hole: bool,
-        _fast: bool,
-        _fua: bool,
-    ) -> Result<(), ExportError> {
-        self.check(offset, len)?;
-        let mut chunks = self.chunks.lock();
-        Self::for_each_chunk(offset, len, |idx, within, n, _| {
-            if n as u64 == MEM_CHUNK && !no_hole {
-                chunks.remove(&idx);
-            } else if let Some(c) = chunks.get_mut(&idx) {
-                c[within..within + n].fill(0);
-            }
-        });
-        Ok(())
+    /// Every connection sees every other's completed writes, and a flush on
+    /// one covers writes of all (`NBD_FLAG_CAN_MULTI_CONN`).
+    fn can_multi_conn(&self) -> bool {
+        false
     }
-
-    fn cache(&self, offset: u64, len: u64) -> Result<(), ExportError> {
-        self.check(offset, len)
-    }
-
-    fn block_status(
-        &self,
-        offset: u64,
-        len: u64,
-        max_runs: usize,
-    ) -> Result<Vec<StatusRun>, ExportError> {
-        self.check(offset, len)?;
-        let chunks = self.chunks.lock();
-        let mut runs: Vec<StatusRun> = Vec::new();
-        Self::for_each_chunk(offset, len, |idx, _, n, _| {
-            let hole = !chunks.contains_key(&idx);
-            match runs.last_mut() {
-                Some(last) if last.hole == hole => last.len += n as u64,
-                _ => runs.push(StatusRun {
-                    len: n as u64,
-                    hole,
-                    zero: hole,
-                }),
-            }
-        });
-        runs.truncate(max_runs.max(1));
-        Ok(runs)
+    /// [`Export::block_status`] works (the `base:allocation` context is
+    /// offered).
+    fn can_block_status(&self) -> bool {
+        true
     }
 }

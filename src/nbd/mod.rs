@@ -1,16 +1,35 @@
-//! The NBD (Network Block Device) protocol: a pure codec for the handshake and
-//! transmission phases, and the tokio server that serves one [`Export`].
+//! The NBD (Network Block Device) protocol layer: the wire codec, the
+//! handshake and transmission phases, and the tokio server that serves one
+//! [`Export`]. It knows nothing of volumes, heat or metrics: whatever it
+//! serves comes in through [`Export`] (and [`ExportConn`] per connection),
+//! and what it served goes out through [`RequestObserver`]. It imports only
+//! `crate::units`.
 //!
-//! - [`export`]: the [`Export`] trait the server calls, and [`MemExport`].
-//! - [`proto`]: wire constants, option/request parsing, reply encoding.
-//! - [`server`]: the tokio [`Server`] (handshake, transmission, shutdown).
+//! - [`export`]: the [`Export`] trait, [`IoCtx`], [`ExportError`] (the one
+//!   errno mapping).
+//! - [`mem`]: [`MemExport`], a sparse in-memory export.
+//! - [`proto`]: wire constants (the NBD errnos among them), option/request
+//!   parsing, message encoding.
+//! - `handshake`: newstyle handshake, option haggling, STARTTLS, the
+//!   transmission flags derived from the export's capabilities.
+//! - `request`: reading and validating request headers and payloads.
+//! - `reply`: simple/structured replies and block-status descriptors.
+//! - `transmission`: the per-connection request loop, permits, the writer.
+//! - [`server`]: the [`Server`]: listeners, accept loop, connection lifetime,
+//!   shutdown.
 //! - [`tls`]: rustls configuration for `NBD_OPT_STARTTLS`.
 
 pub mod export;
+mod handshake;
+pub mod mem;
 pub mod proto;
+mod reply;
+mod request;
 pub mod server;
 pub mod tls;
+mod transmission;
 
-pub use export::{Export, ExportError, MemExport, StatusRun};
-pub use server::{ConnectionError, Server, ServerOptions};
+pub use export::{Export, ExportConn, ExportError, IoCtx, NoHints, StatusRun};
+pub use mem::MemExport;
+pub use server::{ConnectionError, NoObserver, RequestObserver, Server, ServerOptions};
 pub use tls::{ServerTls, TlsError, TlsFiles};

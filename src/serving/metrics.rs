@@ -3,7 +3,8 @@
 //! serves `GET /metrics`.
 //!
 //! Request counts and latencies are recorded where they happen
-//! ([`record_nbd_request`], called by the NBD server). Everything the volume
+//! ([`record_nbd_request`], called for the NBD server through its request
+//! observer, see `service.rs`). Everything the volume
 //! already counts in its [`Stats`] atomics (device I/O per tier, hits,
 //! migrations, spills) and every gauge (capacity, use, reserve, connections)
 //! is copied into the recorder by [`collect`] right before each scrape, so a

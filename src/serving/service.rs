@@ -11,13 +11,14 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tracing::{info, warn};
 
+use super::adapter::VolumeExport;
 use super::control;
 use super::live::{ConnectionProbe, Live};
 use super::metrics;
 use crate::config::{reload_effect, Config, Reload};
 use crate::device::{BlockDevice, FileDevice};
 use crate::migrate::Migrator;
-use crate::nbd::{Server, ServerOptions, ServerTls, TlsFiles};
+use crate::nbd::{RequestObserver, Server, ServerOptions, ServerTls, TlsFiles};
 use crate::store::{MetaStore, SledStore, StoreError};
 use crate::volume::{Devices, FormatOptions, Geometry, Volume, VolumeError, VolumeOptions};
 
@@ -249,6 +250,15 @@ pub struct Hooks {
     pub set_log_level: Option<LogLevelFn>,
 }
 
+/// Counts every NBD request served in the Prometheus metrics.
+struct NbdMetrics;
+
+impl RequestObserver for NbdMetrics {
+    fn request_done(&self, command: &'static str, bytes: u64, took: std::time::Duration, ok: bool) {
+        metrics::record_nbd_request(command, bytes, took, ok);
+    }
+}
+
 /// See [`Hooks::reload`].
 pub type ReloadFn = Box<dyn Fn() -> std::result::Result<Config, String> + Send + Sync>;
 /// See [`Hooks::set_log_level`].
@@ -281,9 +291,10 @@ pub async fn run_with(
         max_connections: cfg.max_connections,
         handshake_timeout: cfg.handshake_timeout,
         tls: tls.clone(),
+        observer: Arc::new(NbdMetrics),
         ..ServerOptions::default()
     };
-    let server = Server::new(volume.clone(), opts);
+    let server = Server::new(Arc::new(VolumeExport::new(volume.clone())), opts);
     let heat = volume.heat();
     let migrator = Arc::new(Migrator::new(volume.clone(), heat.clone(), cfg.migrate));
     let worker = if cfg.migrate.enabled {

@@ -16,7 +16,6 @@ use super::extent::{Loc, Mapping, Written};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::stats::Stats;
 use super::{io_err, Volume, VolumeError, VolumeResult};
-use crate::nbd::{Export, ExportError, StatusRun};
 use crate::units::IoHint;
 
 /// Counts a foreground request in progress for as long as it lives.
@@ -61,6 +60,17 @@ impl Latency {
         let mean = self.mean_us.load(Ordering::Relaxed);
         (mean > 0 && now.saturating_sub(last) <= fresh).then(|| Duration::from_micros(mean))
     }
+}
+
+/// One run of an allocation-status answer ([`Volume::block_status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocRun {
+    /// Length of the run in bytes (never 0).
+    pub len: u64,
+    /// The run is not allocated (no slot holds it).
+    pub hole: bool,
+    /// The run reads as zeros.
+    pub zero: bool,
 }
 
 /// One extent's share of a request.
@@ -519,11 +529,11 @@ impl Volume {
         offset: u64,
         len: u64,
         max_runs: usize,
-    ) -> VolumeResult<Vec<StatusRun>> {
+    ) -> VolumeResult<Vec<AllocRun>> {
         self.check(offset, len)?;
         let max_runs = max_runs.max(1);
-        let mut runs: Vec<StatusRun> = Vec::new();
-        let push = |runs: &mut Vec<StatusRun>, len: u64, hole: bool, zero: bool| -> bool {
+        let mut runs: Vec<AllocRun> = Vec::new();
+        let push = |runs: &mut Vec<AllocRun>, len: u64, hole: bool, zero: bool| -> bool {
             if let Some(r) = runs.last_mut() {
                 if r.hole == hole && r.zero == zero {
                     r.len += len;
@@ -533,7 +543,7 @@ impl Volume {
             if runs.len() == max_runs {
                 return false;
             }
-            runs.push(StatusRun { len, hole, zero });
+            runs.push(AllocRun { len, hole, zero });
             true
         };
         'outer: for p in self.pieces(offset, len) {
@@ -566,95 +576,4 @@ fn block_span(start: u64, len: u64) -> (u32, u32) {
         (start / BLOCK_SIZE) as u32,
         ((start + len - 1) / BLOCK_SIZE) as u32,
     )
-}
-
-impl From<VolumeError> for ExportError {
-    fn from(e: VolumeError) -> Self {
-        match e {
-            VolumeError::OutOfRange { offset, len, .. } => ExportError::OutOfRange { offset, len },
-            VolumeError::NoSpace => ExportError::NoSpace(e.to_string()),
-            VolumeError::Io { source, .. } => ExportError::Io(source),
-            other => ExportError::Io(std::io::Error::other(other.to_string())),
-        }
-    }
-}
-
-impl Export for Volume {
-    fn size(&self) -> u64 {
-        Volume::size(self)
-    }
-
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        Ok(Volume::read(self, offset, buf)?)
-    }
-
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
-        Ok(Volume::write(self, offset, data, fua)?)
-    }
-
-    fn read_hinted(&self, offset: u64, buf: &mut [u8], hint: IoHint) -> Result<(), ExportError> {
-        Ok(Volume::read_hinted(self, offset, buf, hint)?)
-    }
-
-    fn read_nowait(
-        &self,
-        offset: u64,
-        buf: &mut [u8],
-        hint: IoHint,
-    ) -> Option<Result<(), ExportError>> {
-        Volume::read_nowait(self, offset, buf, hint).map(|r| r.map_err(ExportError::from))
-    }
-
-    fn write_nowait(
-        &self,
-        offset: u64,
-        data: &[u8],
-        hint: IoHint,
-    ) -> Option<Result<(), ExportError>> {
-        Volume::write_nowait(self, offset, data, hint).map(|r| r.map_err(ExportError::from))
-    }
-
-    fn write_hinted(
-        &self,
-        offset: u64,
-        data: &[u8],
-        fua: bool,
-        hint: IoHint,
-    ) -> Result<(), ExportError> {
-        Ok(Volume::write_hinted(self, offset, data, fua, hint)?)
-    }
-
-    fn flush(&self) -> Result<(), ExportError> {
-        Ok(Volume::flush(self)?)
-    }
-
-    fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), ExportError> {
-        Ok(self.discard(offset, len, false, false, fua)?)
-    }
-
-    fn write_zeroes(
-        &self,
-        offset: u64,
-        len: u64,
-        no_hole: bool,
-        _fast: bool,
-        fua: bool,
-    ) -> Result<(), ExportError> {
-        // Zeroing is always fast here: metadata plus at most two partial
-        // blocks per extent.
-        Ok(self.discard(offset, len, true, no_hole, fua)?)
-    }
-
-    fn cache(&self, offset: u64, len: u64) -> Result<(), ExportError> {
-        Ok(self.check(offset, len)?)
-    }
-
-    fn block_status(
-        &self,
-        offset: u64,
-        len: u64,
-        max_runs: usize,
-    ) -> Result<Vec<StatusRun>, ExportError> {
-        Ok(Volume::block_status(self, offset, len, max_runs)?)
-    }
 }

@@ -19,6 +19,7 @@ mod stats;
 mod superblock;
 
 pub use error::{VolumeError, VolumeResult};
+pub use io::AllocRun;
 pub use moves::{
     Committed, Copied, Flushed, MoveOutcome, MoveRecord, MoveStep, Reserved, Synced, MERGE_MAX,
 };
