@@ -14,6 +14,7 @@ pub mod config;
 pub mod control;
 pub mod device;
 pub mod heat;
+pub mod listen;
 pub mod migrate;
 pub mod nbd;
 pub mod serving;

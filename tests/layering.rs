@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 const ALLOWED: &[(&str, &[&str])] = &[
     // Layer 0: shared vocabulary.
     ("units", &[]),
-    // Layer 1: devices, metadata store, heat, time.
+    // Layer 1: devices, metadata store, heat, time, the accept loop.
     ("clock", &["units"]),
+    ("listen", &["units"]),
     ("device", &["units", "clock"]),
     ("store", &["units", "device"]),
     ("heat", &["units", "clock"]),
@@ -23,9 +24,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "migrate",
         &["units", "clock", "device", "store", "heat", "volume"],
     ),
-    // Layer 4: the NBD protocol (pure: vocabulary only) and the control
+    // Layer 4: the NBD protocol (pure: vocabulary and the accept loop) and the control
     // protocol's messages.
-    ("nbd", &["units"]),
+    ("nbd", &["units", "listen"]),
     ("control", &["units", "heat", "volume", "migrate"]),
     // Layer 5: configuration, then the serving layer on top.
     (
@@ -37,8 +38,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "serving",
         &[
-            "units", "clock", "device", "store", "heat", "volume", "migrate", "nbd", "control",
-            "config",
+            "units", "clock", "listen", "device", "store", "heat", "volume", "migrate", "nbd",
+            "control", "config",
         ],
     ),
 ];

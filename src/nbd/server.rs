@@ -17,15 +17,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinSet;
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::Semaphore;
 use tracing::{debug, warn, Instrument};
 
 use super::export::Export;
 use super::handshake::handshake;
 use super::tls::ServerTls;
 use super::transmission::transmission;
+use crate::listen::{self, Accept, Drain, LoopOptions, Stop};
 
 /// Told about every request that reached the export, once it is done.
 /// Refused requests (answered before the export is called) are not reported.
@@ -151,14 +151,12 @@ impl Server {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
-        let accept = || async {
-            let (stream, peer) = listener.accept().await?;
+        self.serve_listener(listener, shutdown, |stream: &TcpStream, peer: &str| {
             if let Err(e) = stream.set_nodelay(true) {
                 warn!(%peer, "cannot set TCP_NODELAY: {e}");
             }
-            Ok((stream, peer.to_string()))
-        };
-        self.accept_loop(accept, shutdown).await
+        })
+        .await
     }
 
     /// Accept Unix-socket connections until `shutdown` completes; see
@@ -168,15 +166,8 @@ impl Server {
         listener: UnixListener,
         shutdown: impl Future<Output = ()>,
     ) -> io::Result<()> {
-        let accept = || async {
-            let (stream, peer) = listener.accept().await?;
-            let peer = match peer.as_pathname() {
-                Some(p) => p.display().to_string(),
-                None => "unix".to_owned(),
-            };
-            Ok((stream, peer))
-        };
-        self.accept_loop(accept, shutdown).await
+        self.serve_listener(listener, shutdown, |_: &UnixStream, _: &str| {})
+            .await
     }
 
     /// Serve one already-connected stream until the client disconnects.
@@ -185,8 +176,7 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        self.serve_stream_until(stream, std::future::pending())
-            .await
+        self.run_connection(stream, Stop::never()).await
     }
 
     /// Serve one already-connected stream until the client disconnects or
@@ -199,87 +189,50 @@ impl Server {
     where
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let conn = self.run_connection(stream, stop_rx);
+        let (trigger, stop) = Stop::new();
+        let conn = self.run_connection(stream, stop);
         tokio::pin!(conn);
         tokio::pin!(shutdown);
         tokio::select! {
             r = &mut conn => return r,
-            () = &mut shutdown => {
-                let _ = stop_tx.send(true);
-            }
+            () = &mut shutdown => trigger.fire(),
         }
         conn.await
     }
 
-    async fn accept_loop<S, A, F>(
+    /// The shared accept loop with this server's connection cap and a
+    /// graceful drain; `prepare` runs on each accepted stream first.
+    async fn serve_listener<L>(
         &self,
-        mut accept: A,
+        listener: L,
         shutdown: impl Future<Output = ()>,
+        prepare: impl Fn(&L::Conn, &str),
     ) -> io::Result<()>
     where
-        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-        A: FnMut() -> F,
-        F: Future<Output = io::Result<(S, String)>>,
+        L: Accept,
+        L::Conn: AsyncRead + AsyncWrite + Unpin,
     {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let mut tasks = JoinSet::new();
-        tokio::pin!(shutdown);
-        loop {
-            while let Some(done) = tasks.try_join_next() {
-                if let Err(e) = done {
-                    warn!("NBD connection task failed: {e}");
-                }
-            }
-            let permit = tokio::select! {
-                () = &mut shutdown => break,
-                p = self.inner.connections.clone().acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-            };
-            let (stream, peer) = tokio::select! {
-                () = &mut shutdown => break,
-                r = accept() => match r {
-                    Ok(conn) => conn,
-                    Err(e) => {
-                        warn!("NBD accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
+        let opts = LoopOptions {
+            what: "NBD",
+            limit: Some(self.inner.connections.clone()),
+            drain: Drain::Graceful,
+        };
+        listen::serve(listener, opts, shutdown, |stream, peer, stop| {
+            prepare(&stream, &peer);
             let server = self.clone();
-            let stop = stop_rx.clone();
             let span = tracing::debug_span!("nbd", peer = %peer);
-            tasks.spawn(
-                async move {
-                    let _permit = permit;
-                    debug!("connection accepted");
-                    let _ = server.run_connection(stream, stop).await;
-                }
-                .instrument(span),
-            );
-        }
-        debug!(
-            "NBD server stopping; waiting for {} connections",
-            tasks.len()
-        );
-        let _ = stop_tx.send(true);
-        while let Some(done) = tasks.join_next().await {
-            if let Err(e) = done {
-                warn!("NBD connection task failed: {e}");
+            async move {
+                debug!("connection accepted");
+                let _ = server.run_connection(stream, stop).await;
             }
-        }
+            .instrument(span)
+        })
+        .await;
         Ok(())
     }
 
     /// Serve one connection to its end, logging how it ended.
-    async fn run_connection<S>(
-        &self,
-        stream: S,
-        stop: watch::Receiver<bool>,
-    ) -> Result<(), ConnectionError>
+    async fn run_connection<S>(&self, stream: S, stop: Stop) -> Result<(), ConnectionError>
     where
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
@@ -293,11 +246,7 @@ impl Server {
         result
     }
 
-    async fn connection<S>(
-        &self,
-        stream: S,
-        mut stop: watch::Receiver<bool>,
-    ) -> Result<(), ConnectionError>
+    async fn connection<S>(&self, stream: S, mut stop: Stop) -> Result<(), ConnectionError>
     where
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
@@ -307,7 +256,7 @@ impl Server {
                 Err(_) => return Err(ConnectionError::HandshakeTimeout),
                 Ok(r) => r?,
             },
-            () = wait_stop(&mut stop) => {
+            () = stop.wait() => {
                 debug!("shutdown during handshake");
                 return Ok(());
             }
@@ -323,17 +272,5 @@ impl Server {
             "transmission phase"
         );
         transmission(&self.inner.export, &self.inner.opts, stream, session, stop).await
-    }
-}
-
-/// Resolve once `stop` turns true; never if its sender is gone.
-pub(super) async fn wait_stop(stop: &mut watch::Receiver<bool>) {
-    loop {
-        if *stop.borrow_and_update() {
-            return;
-        }
-        if stop.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn, Instrument};
 
 use super::export::{Export, ExportConn, ExportError, IoCtx};
@@ -27,7 +27,8 @@ use super::reply::{
     error_reply, ok_reply, runs_to_descriptors, success_reply, Encoded, OpOutput, MAX_DESCRIPTORS,
 };
 use super::request::{discard, read_header, validate, Op};
-use super::server::{wait_stop, ConnectionError, RequestObserver, ServerOptions};
+use super::server::{ConnectionError, RequestObserver, ServerOptions};
+use crate::listen::Stop;
 
 /// Bytes accounted to every in-flight request besides its data buffer.
 const REQUEST_OVERHEAD: u32 = 256;
@@ -67,7 +68,7 @@ pub(super) async fn transmission<S>(
     opts: &ServerOptions,
     stream: S,
     session: Session,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Stop,
 ) -> Result<(), ConnectionError>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -97,7 +98,7 @@ async fn read_requests<R>(
     mut rd: R,
     tx: mpsc::UnboundedSender<Outgoing>,
     session: Session,
-    stop: &mut watch::Receiver<bool>,
+    stop: &mut Stop,
 ) -> Result<(), ConnectionError>
 where
     R: AsyncRead + Unpin,
@@ -109,7 +110,7 @@ where
         let mut hdr = [0u8; proto::REQUEST_HEADER_LEN];
         let got = tokio::select! {
             biased;
-            () = wait_stop(stop) => {
+            () = stop.wait() => {
                 debug!("shutdown: no more requests read");
                 break;
             }
@@ -387,7 +388,7 @@ async fn acquire(
     count: &Arc<Semaphore>,
     bytes: &Arc<Semaphore>,
     cost: u32,
-    stop: &mut watch::Receiver<bool>,
+    stop: &mut Stop,
 ) -> Option<Permits> {
     let both = async {
         let count = Arc::clone(count).acquire_owned().await.ok()?;
@@ -400,7 +401,7 @@ async fn acquire(
     tokio::select! {
         biased;
         p = both => p,
-        () = wait_stop(stop) => None,
+        () = stop.wait() => None,
     }
 }
 

@@ -15,6 +15,7 @@ use crate::control::{
     Ack, Explain, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder, Where,
     MAX_LINE,
 };
+use crate::listen::{self, Drain, LoopOptions};
 use crate::migrate::policy::{candidates, effective};
 use crate::volume::Tier;
 
@@ -61,7 +62,12 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
 
 /// Answer control connections until `shutdown` completes.
 pub async fn serve(listener: UnixListener, live: Arc<Live>, shutdown: impl Future<Output = ()>) {
-    super::accept::serve_until(listener, "control", shutdown, |stream| {
+    let opts = LoopOptions {
+        what: "control",
+        limit: None,
+        drain: Drain::Abort,
+    };
+    listen::serve(listener, opts, shutdown, |stream, _, _| {
         let live = live.clone();
         async move {
             if let Err(e) = connection(stream, live).await {

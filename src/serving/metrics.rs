@@ -27,6 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
 use super::live::Live;
+use crate::listen::{self, Drain, LoopOptions};
 use crate::units::REASONS;
 use crate::volume::{Stats, Tier};
 
@@ -230,7 +231,12 @@ pub async fn serve(
     live: Arc<Live>,
     shutdown: impl Future<Output = ()>,
 ) {
-    super::accept::serve_until(listener, "metrics", shutdown, |stream| {
+    let opts = LoopOptions {
+        what: "metrics",
+        limit: None,
+        drain: Drain::Abort,
+    };
+    listen::serve(listener, opts, shutdown, |stream, _, _| {
         let (h, l) = (handle.clone(), live.clone());
         async move {
             let r = tokio::time::timeout(Duration::from_secs(10), http(stream, &h, &l)).await;
