@@ -20,9 +20,7 @@ mod superblock;
 
 pub use error::{VolumeError, VolumeResult};
 pub use io::AllocRun;
-pub use moves::{
-    Committed, Copied, Flushed, MoveOutcome, MoveRecord, MoveStep, Reserved, Synced, MERGE_MAX,
-};
+pub use moves::{MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
 pub use open::{FormatOptions, VolumeOptions};
 pub use pins::{pin_in, Pin};
 pub use placement::Placement;
@@ -157,7 +155,7 @@ impl Volume {
     }
 
     /// Foreground requests in progress.
-    pub fn inflight(&self) -> usize {
+    pub(crate) fn inflight(&self) -> usize {
         self.inflight.load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -175,7 +173,7 @@ impl Volume {
 
     /// Save the heat scores in the metadata store (made durable by the next
     /// flush). Heat is advisory: losing recent heat in a crash is accepted.
-    pub fn save_heat(&self) -> VolumeResult<()> {
+    pub(crate) fn save_heat(&self) -> VolumeResult<()> {
         self.store.put(HEAT_KEY, &self.heat.snapshot())?;
         self.meta_dirty
             .store(true, std::sync::atomic::Ordering::Release);

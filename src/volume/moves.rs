@@ -103,14 +103,14 @@ struct Item {
 
 /// Step 1 done: destination slots taken, sources in slot order.
 #[must_use = "a move dropped between steps leaves its destinations taken until reopen"]
-pub struct Reserved {
+pub(crate) struct Reserved {
     to: Tier,
     items: Vec<Item>,
 }
 
 /// Step 2 done: data copied.
 #[must_use = "a move dropped between steps leaves its destinations taken until reopen"]
-pub struct Copied {
+pub(crate) struct Copied {
     to: Tier,
     items: Vec<Item>,
     copied: Vec<u64>,
@@ -118,7 +118,7 @@ pub struct Copied {
 
 /// Step 3 done: the destination device synced.
 #[must_use = "a move dropped between steps leaves its destinations taken until reopen"]
-pub struct Synced {
+pub(crate) struct Synced {
     to: Tier,
     items: Vec<Item>,
     copied: Vec<u64>,
@@ -127,7 +127,7 @@ pub struct Synced {
 /// Step 4 done: the mappings that did not race point at their destinations
 /// (not yet durable).
 #[must_use = "a move dropped between steps leaves its sources taken until reopen"]
-pub struct Committed {
+pub(crate) struct Committed {
     to: Tier,
     items: Vec<(Item, u64)>,
     failure: Option<VolumeError>,
@@ -135,7 +135,7 @@ pub struct Committed {
 
 /// Step 5 done: the new mappings are durable; the sources may be freed.
 #[must_use = "a move dropped between steps leaves its sources taken until reopen"]
-pub struct Flushed {
+pub(crate) struct Flushed {
     to: Tier,
     items: Vec<(Item, u64)>,
     failure: Option<VolumeError>,
@@ -143,40 +143,40 @@ pub struct Flushed {
 
 impl Reserved {
     /// Extents in this step.
-    pub fn extents(&self) -> Vec<u64> {
+    pub(crate) fn extents(&self) -> Vec<u64> {
         self.items.iter().map(|i| i.extent).collect()
     }
 
     /// Whether no extent is moving.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 }
 
 impl Copied {
     /// Extents in this step.
-    pub fn extents(&self) -> Vec<u64> {
+    pub(crate) fn extents(&self) -> Vec<u64> {
         self.items.iter().map(|i| i.extent).collect()
     }
 }
 
 impl Synced {
     /// Extents in this step.
-    pub fn extents(&self) -> Vec<u64> {
+    pub(crate) fn extents(&self) -> Vec<u64> {
         self.items.iter().map(|i| i.extent).collect()
     }
 }
 
 impl Committed {
     /// Extents whose mapping was switched.
-    pub fn extents(&self) -> Vec<u64> {
+    pub(crate) fn extents(&self) -> Vec<u64> {
         self.items.iter().map(|(i, _)| i.extent).collect()
     }
 }
 
 impl Flushed {
     /// Extents whose new mapping is durable.
-    pub fn extents(&self) -> Vec<u64> {
+    pub(crate) fn extents(&self) -> Vec<u64> {
         self.items.iter().map(|(i, _)| i.extent).collect()
     }
 }
@@ -184,7 +184,7 @@ impl Flushed {
 impl Volume {
     /// Step 1: snapshot each extent and take a destination slot on `to` for
     /// it. Extents with nothing to do, or no room, are answered at once.
-    pub fn reserve_moves(
+    pub(crate) fn reserve_moves(
         &self,
         extents: &[(u64, Reason)],
         to: Tier,
@@ -239,7 +239,11 @@ impl Volume {
     /// Step 2: copy, without the extents' locks. `pace(bytes)` is called
     /// before each copy (it may sleep). On error the destinations are given
     /// back.
-    pub fn copy_moves(&self, r: Reserved, pace: &mut dyn FnMut(u64)) -> VolumeResult<Copied> {
+    pub(crate) fn copy_moves(
+        &self,
+        r: Reserved,
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<Copied> {
         let mut copied = vec![0u64; r.items.len()];
         if let Err(e) = self.copy_items(&r.items, &mut copied, pace) {
             self.free_dsts(&r.items);
@@ -255,7 +259,7 @@ impl Volume {
 
     /// Step 3: make the copies durable. On error the destinations are given
     /// back.
-    pub fn sync_moves(&self, c: Copied) -> VolumeResult<Synced> {
+    pub(crate) fn sync_moves(&self, c: Copied) -> VolumeResult<Synced> {
         let dev = self.devices.get(c.to);
         if let Err(e) = dev.sync() {
             self.free_dsts(&c.items);
@@ -274,7 +278,7 @@ impl Volume {
     /// extent since its snapshot (answered `Raced`, destination given back).
     /// A store error stops the commits there: the rest give their
     /// destinations back and the error is reported after step 6.
-    pub fn commit_moves(&self, s: Synced) -> (Committed, Vec<(u64, MoveOutcome)>) {
+    pub(crate) fn commit_moves(&self, s: Synced) -> (Committed, Vec<(u64, MoveOutcome)>) {
         let mut out = Vec::new();
         let mut committed = Vec::with_capacity(s.items.len());
         let mut failure = None;
@@ -327,7 +331,7 @@ impl Volume {
     /// Step 5: make the new mappings durable. On error the new mappings are
     /// live but not yet durable: the sources are freed only after a later
     /// flush succeeds.
-    pub fn flush_moves(&self, c: Committed) -> VolumeResult<Flushed> {
+    pub(crate) fn flush_moves(&self, c: Committed) -> VolumeResult<Flushed> {
         if let Err(e) = self.flush() {
             for (it, _) in &c.items {
                 self.alloc.free_deferred(it.src);
@@ -344,7 +348,7 @@ impl Volume {
 
     /// Step 6: free the sources, count and record the moves. Returns the
     /// store error step 4 met, if any.
-    pub fn release_moves(&self, f: Flushed) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
+    pub(crate) fn release_moves(&self, f: Flushed) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
         let at = self.clock.unix_secs();
         let mut out = Vec::with_capacity(f.items.len());
         let mut moves = self.moves.lock();

@@ -61,12 +61,12 @@ impl Volume {
     }
 
     /// The pin in force for an extent.
-    pub fn pin_of(&self, extent: u64) -> Option<Tier> {
+    pub(crate) fn pin_of(&self, extent: u64) -> Option<Tier> {
         pin_in(&self.pins.read(), extent)
     }
 
     /// All pin entries, later overriding earlier.
-    pub fn pins(&self) -> Vec<Pin> {
+    pub(crate) fn pins(&self) -> Vec<Pin> {
         self.pins.read().clone()
     }
 }

@@ -38,7 +38,7 @@ pub struct Placement {
 
 impl Volume {
     /// The last move of an extent since start.
-    pub fn last_move(&self, extent: u64) -> Option<MoveRecord> {
+    pub(crate) fn last_move(&self, extent: u64) -> Option<MoveRecord> {
         self.moves.lock().get(&extent).copied()
     }
 
@@ -65,7 +65,7 @@ impl Volume {
     }
 
     /// Every mapped extent with its place, in extent order.
-    pub fn mapped_extents(&self) -> Vec<(u64, Loc)> {
+    pub(crate) fn mapped_extents(&self) -> Vec<(u64, Loc)> {
         self.map
             .iter()
             .enumerate()
