@@ -10,7 +10,7 @@
 //! off by `--handshake-timeout` and cannot exhaust `--max-connections`;
 //! `--read-only` refuses every write.
 //!
-//! tests/nbd_protocol.rs covers the same server against an in-memory
+//! tests/nbd_handshake.rs and tests/nbd_transmission.rs cover the same server against an in-memory
 //! export (option replies, flag checks); this file covers the daemon as
 //! deployed, and what a hostile peer does to its connections.
 

@@ -5,7 +5,7 @@
 //! right errno, write payloads are consumed even when refused, and the
 //! connection keeps working after every error; TRIM reads back as zeros;
 //! NBD_CMD_DISC replies to everything in flight before closing.
-//! (tests/nbd_protocol.rs covers the server against an in-memory export.)
+//! (tests/nbd_handshake.rs and tests/nbd_transmission.rs cover the server against an in-memory export.)
 
 mod common;
 mod raw_client;
