@@ -1,12 +1,21 @@
-//! tierd core library: one logical block volume over a fast SSD and a slow HDD.
+//! tierd core library: one logical block volume over a fast SSD and a slow
+//! HDD, served over NBD.
 //!
-//! Module map:
-//! - [`device`]: the block-device trait and its implementations (file, memory).
-//! - [`store`]: the metadata store trait (sled and in-memory).
-//! - [`volume`]: geometry, superblocks, extent map, allocator and the I/O paths.
-//! - [`nbd`]: the NBD protocol codec and the tokio server.
-//! - [`control`]: the control API (JSON lines over a Unix socket).
-//! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
+//! Modules in layers, each using only those below it (docs/design.md draws
+//! them; tests/layering.rs holds the code to it):
+//! - [`units`]: the shared vocabulary (sizes, durations, I/O hints, move
+//!   reasons).
+//! - [`clock`], [`listen`], [`device`], [`store`], [`heat`]: time, the one
+//!   accept loop, block devices, the metadata store, heat tracking.
+//! - [`volume`]: geometry, superblocks, the extent map, the allocator, the
+//!   I/O paths and the move steps.
+//! - [`migrate`]: the placement policy, the crash-safe copy protocol, pacing
+//!   and the background worker.
+//! - [`nbd`]: the NBD protocol (pure: it knows nothing of volumes);
+//!   [`control`]: the control protocol's messages.
+//! - [`config`] and [`serving`]: the daemon's configuration, and what runs
+//!   it (the volume as an NBD export, start-up and shutdown, control server,
+//!   metrics).
 
 pub mod bench;
 pub mod clock;
