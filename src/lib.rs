@@ -9,7 +9,6 @@
 //! - [`metrics`]: Prometheus metrics and their HTTP endpoint.
 
 mod accept;
-pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod control;

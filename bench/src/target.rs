@@ -13,9 +13,9 @@ use hdrhistogram::Histogram;
 
 use super::sched::VirtualSched;
 use super::workload::{Generator, Req, Spec};
-use crate::device::{real_now, set_virtual_now, virtual_now, BlockDevice};
-use crate::migrate::Migrator;
-use crate::volume::Volume;
+use tierd::device::{real_now, set_virtual_now, virtual_now, BlockDevice};
+use tierd::migrate::Migrator;
+use tierd::volume::Volume;
 
 /// The least time a request takes in virtual time (host and protocol
 /// overhead of a request that touches no device).

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::target::{execute, Measurement, Run, Target};
 use super::workload::{Skew, Spec};
 use super::Bench;
-use crate::volume::Tier;
+use tierd::volume::Tier;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1 << 20;
@@ -493,7 +493,7 @@ impl Bench {
     fn clock_now(&self) -> Duration {
         match &self.mode {
             super::Mode::Virtual(sched) => sched.now(),
-            super::Mode::Real => crate::device::real_now(),
+            super::Mode::Real => tierd::device::real_now(),
         }
     }
 
@@ -528,8 +528,8 @@ impl Bench {
                 .volume()
                 .map(|v| {
                     let s = v.stats();
-                    crate::volume::Stats::get(&s.migrated_bytes[0])
-                        + crate::volume::Stats::get(&s.migrated_bytes[1])
+                    tierd::volume::Stats::get(&s.migrated_bytes[0])
+                        + tierd::volume::Stats::get(&s.migrated_bytes[1])
                 })
                 .unwrap_or(0)
         };
@@ -743,7 +743,7 @@ impl Bench {
 
     /// Seconds the HDD model needs to read `extents` sequentially where they
     /// lie now (the transfer rate falls from the outer to the inner tracks).
-    fn hdd_seq_secs(&self, vol: &crate::volume::Volume, extents: &[u64]) -> Option<f64> {
+    fn hdd_seq_secs(&self, vol: &tierd::volume::Volume, extents: &[u64]) -> Option<f64> {
         let model = self.hdd_model.as_ref()?;
         let geo = vol.geometry();
         Some(

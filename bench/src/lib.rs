@@ -25,14 +25,14 @@ use std::time::Duration;
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::clock::{Clock, SystemClock};
-use crate::device::model::{HddModel, HddParams, ModelKind};
-use crate::device::{BlockDevice, FileDevice, NullDevice, TimeMode, TimedDevice};
-use crate::heat::HeatConfig;
-use crate::migrate::worker::MigratorHandle;
-use crate::migrate::{MigrateConfig, Migrator};
-use crate::store::{MemStore, MetaStore};
-use crate::volume::{Devices, FormatOptions, Volume, VolumeOptions};
+use tierd::clock::{Clock, SystemClock};
+use tierd::device::model::{HddModel, HddParams, ModelKind};
+use tierd::device::{BlockDevice, FileDevice, NullDevice, TimeMode, TimedDevice};
+use tierd::heat::HeatConfig;
+use tierd::migrate::worker::MigratorHandle;
+use tierd::migrate::{MigrateConfig, Migrator};
+use tierd::store::{MemStore, MetaStore};
+use tierd::volume::{Devices, FormatOptions, Volume, VolumeOptions};
 use sched::{VirtualClock, VirtualSched};
 use suites::{Chart, Finding, Point, SUITES};
 use target::{Hybrid, Mode, Pure, Target};
@@ -347,21 +347,21 @@ impl Bench {
             let sched = sched.clone();
             sched.phase(1, |p, _| {
                 for _ in 0..10_000 {
-                    if vol.free_slots(crate::volume::Tier::Ssd) >= reserve {
+                    if vol.free_slots(tierd::volume::Tier::Ssd) >= reserve {
                         break;
                     }
                     p.sleep_until(p.now() + Duration::from_secs(1));
-                    crate::device::set_virtual_now(p.now());
+                    tierd::device::set_virtual_now(p.now());
                     mig.run_round(&|d| {
-                        let t = crate::device::virtual_now().max(p.now() + d);
+                        let t = tierd::device::virtual_now().max(p.now() + d);
                         p.sleep_until(t);
-                        crate::device::set_virtual_now(p.now());
+                        tierd::device::set_virtual_now(p.now());
                     });
                 }
             });
         } else {
             for _ in 0..600 {
-                if vol.free_slots(crate::volume::Tier::Ssd) >= reserve {
+                if vol.free_slots(tierd::volume::Tier::Ssd) >= reserve {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(500));
@@ -458,10 +458,10 @@ pub fn check_real_devices(paths: &[&std::path::Path]) -> Result<(), BenchError> 
             )));
         }
         let dev = FileDevice::open(p, false).map_err(setup("opening a device"))?;
-        let mut probe = vec![0u8; crate::volume::PROBE_SIZE.min(dev.size() as usize)];
+        let mut probe = vec![0u8; tierd::volume::PROBE_SIZE.min(dev.size() as usize)];
         dev.read_at(&mut probe, 0)
             .map_err(setup("reading a device"))?;
-        if let Some(found) = crate::volume::detect_content(&probe) {
+        if let Some(found) = tierd::volume::detect_content(&probe) {
             return Err(BenchError::Options(format!(
                 "{c} carries {found}; wipe it first (for example wipefs -a) if you really mean to benchmark it"
             )));

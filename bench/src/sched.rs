@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::clock::Clock;
+use tierd::clock::Clock;
 
 struct State {
     now: Duration,
