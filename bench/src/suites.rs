@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::target::{execute, Measurement, Run, Target};
 use super::workload::{Skew, Spec};
 use super::Bench;
+use tierd::clock::Clock;
 use tierd::volume::Tier;
 
 const KIB: u64 = 1024;
@@ -493,7 +494,7 @@ impl Bench {
     fn clock_now(&self) -> Duration {
         match &self.mode {
             super::Mode::Virtual(sched) => sched.now(),
-            super::Mode::Real => tierd::device::real_now(),
+            super::Mode::Real(clock) => clock.now(),
         }
     }
 

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use tierd_bench::{self as bench, BenchOptions, ClockKind};
 use tierd::device::model::ModelKind;
 use tierd::units::ByteSize;
+use tierd_bench::{self as bench, BenchOptions, ClockKind};
 
 /// Flags of `tierd bench`.
 #[derive(Args, Clone)]
