@@ -324,4 +324,37 @@ mod tests {
         // Events are in time order.
         assert!(a.windows(2).all(|w| w[0].0 <= w[1].0));
     }
+
+    #[test]
+    fn the_shared_clock_hands_the_turn_over_and_device_time_is_per_thread() {
+        let s = VirtualSched::new();
+        let (shared, dev) = (s.clock(), s.device_clock());
+        let ms = Duration::from_millis;
+        let log = Mutex::new(Vec::new());
+        s.phase(2, |p, i| {
+            // Device time runs ahead of the shared time; nothing waits.
+            dev.sleep(ms(3 * (i as u64 + 1)));
+            log.lock().push((i, p.now(), dev.now()));
+            // The shared clock's sleep waits for the own time when later,
+            // letting the other participant run meanwhile.
+            shared.sleep(ms(1));
+            log.lock().push((i, p.now(), dev.now()));
+        });
+        let log = log.into_inner();
+        assert_eq!(
+            log,
+            [
+                (0, ms(0), ms(3)),
+                (1, ms(0), ms(6)),
+                (0, ms(3), ms(3)),
+                (1, ms(6), ms(6)),
+            ]
+        );
+        // Outside a participant: no turn to hand over, own time from zero.
+        shared.sleep(ms(1000));
+        assert_eq!(shared.now(), ms(6));
+        assert_eq!(dev.now(), ms(0));
+        dev.sleep_until(ms(2));
+        assert_eq!(dev.now(), ms(2));
+    }
 }
