@@ -1,6 +1,8 @@
-//! Time for the tiering engine: a [`Clock`] trait with the real monotonic
-//! clock and a manual one that tests (and the virtual-time benchmark) advance
-//! by hand, so heat decay and migration pacing are deterministic.
+//! Time for the tiering engine and the timed devices: a [`Clock`] trait
+//! (now, sleep) with the real monotonic clock and a manual one that tests
+//! advance by hand, so heat decay and migration pacing are deterministic.
+//! The virtual-time benchmark (the `tierd-bench` crate) implements the same
+//! trait over its scheduler.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -11,6 +13,18 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Duration;
     /// Wall-clock Unix seconds for records shown to people.
     fn unix_secs(&self) -> u64;
+    /// Wait for `d` on this clock: the real clock sleeps, a virtual one
+    /// moves on. Callers call it even for a zero `d` (a virtual clock may
+    /// hand the turn to others there).
+    fn sleep(&self, d: Duration);
+    /// Wait until `deadline` (on [`Clock::now`]'s scale); nothing when it
+    /// has passed. The real clock does this with sub-millisecond precision.
+    fn sleep_until(&self, deadline: Duration) {
+        let now = self.now();
+        if deadline > now {
+            self.sleep(deadline - now);
+        }
+    }
 }
 
 /// The real clock.
@@ -37,9 +51,32 @@ impl Clock for SystemClock {
             .map(|d| d.as_secs())
             .unwrap_or(0)
     }
+
+    fn sleep(&self, d: Duration) {
+        std::thread::sleep(d);
+    }
+
+    /// A coarse sleep followed by a short spin: the thread timer alone is
+    /// too coarse for a modelled SSD's completion times.
+    fn sleep_until(&self, deadline: Duration) {
+        const SPIN: Duration = Duration::from_micros(150);
+        loop {
+            let now = self.now();
+            if now >= deadline {
+                return;
+            }
+            let left = deadline - now;
+            if left > SPIN {
+                std::thread::sleep(left - SPIN);
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
 }
 
-/// A clock that only moves when told to.
+/// A clock that only moves when told to: by [`ManualClock::advance`], or by
+/// a [`Clock::sleep`] on it (which advances it by the time slept).
 #[derive(Default)]
 pub struct ManualClock {
     nanos: AtomicU64,
@@ -65,6 +102,10 @@ impl Clock for ManualClock {
     fn unix_secs(&self) -> u64 {
         self.now().as_secs()
     }
+
+    fn sleep(&self, d: Duration) {
+        self.advance(d);
+    }
 }
 
 #[cfg(test)]
@@ -80,5 +121,22 @@ mod tests {
         assert_eq!(c.unix_secs(), 1);
         let s = SystemClock::default();
         assert!(s.unix_secs() > 1_600_000_000);
+    }
+
+    #[test]
+    fn sleeping_advances_a_manual_clock_and_waits_on_the_real_one() {
+        let c = ManualClock::new();
+        c.sleep(Duration::from_millis(20));
+        c.sleep_until(Duration::from_millis(15));
+        assert_eq!(c.now(), Duration::from_millis(20), "a past deadline");
+        c.sleep_until(Duration::from_millis(50));
+        assert_eq!(c.now(), Duration::from_millis(50));
+        let s = SystemClock::default();
+        let deadline = s.now() + Duration::from_millis(3);
+        s.sleep_until(deadline);
+        assert!(s.now() >= deadline);
+        let t = s.now();
+        s.sleep(Duration::from_millis(2));
+        assert!(s.now() >= t + Duration::from_millis(2));
     }
 }

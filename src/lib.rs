@@ -17,7 +17,6 @@
 //!   it (the volume as an NBD export, start-up and shutdown, control server,
 //!   metrics).
 
-pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod control;

@@ -2,15 +2,16 @@
 //! recent foreground HDD reads at or above `busy-latency`, each batch waits
 //! (up to `max-backoff`) before it starts, and still runs afterwards; fast or
 //! stale latency costs no wait. Time is a manual clock that the HDD double
-//! advances by its latency on every read.
+//! advances by its latency on every read; the migrator's sleeps on it are
+//! counted, not slept.
 
 use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tierd::clock::ManualClock;
+use tierd::clock::{Clock, ManualClock};
 use tierd::device::{BlockDevice, MemDevice};
 use tierd::heat::HeatConfig;
 use tierd::migrate::{MigrateConfig, Migrator};
@@ -19,10 +20,41 @@ use tierd::volume::{Devices, FormatOptions, Tier, Volume, VolumeOptions};
 
 const EXTENT: u64 = 64 * 1024;
 
+/// The manual clock, with the time the migrator asked to sleep added up
+/// instead of slept.
+#[derive(Default)]
+struct CountingClock {
+    manual: ManualClock,
+    slept: Mutex<Duration>,
+}
+
+impl CountingClock {
+    fn advance(&self, d: Duration) {
+        self.manual.advance(d);
+    }
+
+    /// The time asked to sleep since the last call.
+    fn take_slept(&self) -> Duration {
+        std::mem::take(&mut *self.slept.lock().expect("lock"))
+    }
+}
+
+impl Clock for CountingClock {
+    fn now(&self) -> Duration {
+        self.manual.now()
+    }
+    fn unix_secs(&self) -> u64 {
+        self.manual.unix_secs()
+    }
+    fn sleep(&self, d: Duration) {
+        *self.slept.lock().expect("lock") += d;
+    }
+}
+
 /// An HDD whose every read takes `delay_ms` on the manual clock.
 struct SlowHdd {
     inner: MemDevice,
-    clock: Arc<ManualClock>,
+    clock: Arc<CountingClock>,
     delay_ms: AtomicU64,
 }
 
@@ -49,14 +81,14 @@ impl BlockDevice for SlowHdd {
 struct Rig {
     vol: Arc<Volume>,
     hdd: Arc<SlowHdd>,
-    clock: Arc<ManualClock>,
+    clock: Arc<CountingClock>,
     mig: Migrator,
     next: Cell<u64>,
 }
 
 impl Rig {
     fn new() -> Rig {
-        let clock = Arc::new(ManualClock::new());
+        let clock = Arc::new(CountingClock::default());
         let hdd = Arc::new(SlowHdd {
             inner: MemDevice::new((1 << 20) + 32 * EXTENT),
             clock: clock.clone(),
@@ -119,9 +151,9 @@ impl Rig {
 
     /// One round; returns (moves done, total time it asked to sleep).
     fn round(&self) -> (usize, Duration) {
-        let slept = Cell::new(Duration::ZERO);
-        let r = self.mig.run_round(&|d| slept.set(slept.get() + d));
-        (r.moved, slept.get())
+        self.clock.take_slept();
+        let r = self.mig.run_round();
+        (r.moved, self.clock.take_slept())
     }
 }
 

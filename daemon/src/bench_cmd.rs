@@ -1,13 +1,13 @@
-//! `tierd bench`: flag parsing and output for the library's benchmark.
+//! `tierd bench`: flag parsing and output for the `tierd-bench` crate.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use tierd::bench::{self, BenchOptions, ClockKind};
 use tierd::device::model::ModelKind;
 use tierd::units::ByteSize;
+use tierd_bench::{self as bench, BenchOptions, ClockKind};
 
 /// Flags of `tierd bench`.
 #[derive(Args, Clone)]

@@ -3,7 +3,8 @@
 //! in-memory one for tests ([`MemDevice`]), a fault-injecting wrapper for
 //! reliability tests ([`FaultDevice`]), a data-less device for virtual-time
 //! benchmarks ([`NullDevice`]) and a wrapper that gives any device the timing
-//! of a modelled drive ([`TimedDevice`], models in [`model`]).
+//! of a modelled drive on a [`crate::clock::Clock`] ([`TimedDevice`], models
+//! in [`model`]).
 
 mod fault;
 mod file;
@@ -16,9 +17,7 @@ pub use fault::{FaultDevice, FaultOp, FaultRule};
 pub use file::FileDevice;
 pub use mem::MemDevice;
 pub use null::NullDevice;
-pub use timed::{
-    real_now, set_virtual_now, sleep_until_precise, virtual_now, TimeMode, TimedDevice,
-};
+pub use timed::TimedDevice;
 
 use std::io;
 

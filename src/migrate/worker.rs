@@ -1,8 +1,9 @@
 //! The migration worker: each round it ticks the heat map, asks the policy
 //! for moves and carries them out with the volume's crash-safe copy protocol,
-//! paced by a token bucket and backing off while foreground I/O is busy. In
-//! the daemon it runs on its own thread; tests and the virtual-time
-//! benchmark call [`Migrator::run_round`] directly with a manual clock.
+//! paced by a token bucket and backing off while foreground I/O is busy; it
+//! waits with the volume's [`crate::clock::Clock::sleep`]. In the daemon it
+//! runs on its own thread; tests and the virtual-time benchmark call
+//! [`Migrator::run_round`] directly, on a manual or virtual clock.
 //!
 //! An error or a panic in a round never stops serving: the extent stays where
 //! it was, the failure is logged and counted, and a later round retries.
@@ -249,21 +250,13 @@ impl Migrator {
         self.panics.load(Ordering::Relaxed)
     }
 
-    /// One round: tick heat, plan, move. `sleep` is how pacing waits (the
-    /// real `thread::sleep` in the daemon; a no-op with a manual clock).
-    pub fn run_round(&self, sleep: &dyn Fn(Duration)) -> RoundReport {
-        self.run_round_until(sleep, &|| false)
-    }
-
-    /// [`Migrator::run_round`], ending early (between moves) once `stop`
-    /// says so: the virtual-time benchmark ends a round with its run.
-    pub fn run_round_until(
-        &self,
-        sleep: &dyn Fn(Duration),
-        stop: &dyn Fn() -> bool,
-    ) -> RoundReport {
+    /// One round: tick heat, plan, move. Pacing and backing off wait with
+    /// the volume's clock ([`crate::clock::Clock::sleep`]). Pausing ends a
+    /// round early, between batches.
+    pub fn run_round(&self) -> RoundReport {
         let cfg = self.config();
         let vol = &self.vol;
+        let clock = vol.clock();
         let now = vol.clock().now();
         self.heat.tick(now);
         self.rounds.fetch_add(1, Ordering::Relaxed);
@@ -310,7 +303,7 @@ impl Migrator {
         // batch: one destination sync and one flush, neighbours merged.
         let mut k = 0;
         while k < moves.len() {
-            if self.paused() || stop() {
+            if self.paused() {
                 break;
             }
             let first = moves[k];
@@ -340,7 +333,7 @@ impl Migrator {
             let mut waited = Duration::ZERO;
             while busy() && waited < cfg.max_backoff {
                 let step = Duration::from_millis(5);
-                sleep(step);
+                clock.sleep(step);
                 waited += step;
             }
             let bucket = if reserve {
@@ -351,8 +344,8 @@ impl Migrator {
             let mut pace = |n: u64| {
                 // Called even with no wait: in virtual time this is where the
                 // copy's device time elapses.
-                let wait = bucket.lock().take(n, vol.clock().now());
-                sleep(wait);
+                let wait = bucket.lock().take(n, clock.now());
+                clock.sleep(wait);
             };
             match super::copy::migrate_batch(vol, &batch, first.to, &mut pace) {
                 Ok(outcomes) => {
@@ -404,7 +397,7 @@ impl Migrator {
             if !cfg.enabled {
                 continue;
             }
-            let round = catch_unwind(AssertUnwindSafe(|| self.run_round(&std::thread::sleep)));
+            let round = catch_unwind(AssertUnwindSafe(|| self.run_round()));
             more = matches!(&round, Ok(r) if r.more_waiting());
             match round {
                 Ok(r) if r.moved + r.errors + r.raced > 0 => debug!(?r, "migration round"),

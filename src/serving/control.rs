@@ -220,7 +220,7 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                     } else {
                         // No background thread (migrate.enabled = false):
                         // run one round here.
-                        let r = m.run_round(&std::thread::sleep);
+                        let r = m.run_round();
                         format!(
                             "ran one round: {} planned, {} moved ({} bytes)",
                             r.planned, r.moved, r.bytes

@@ -105,7 +105,7 @@ pub fn open_devices(cfg: &Config) -> Result<Devices> {
                 let timed = crate::device::TimedDevice::new(
                     dev.clone(),
                     m.build(dev.size()),
-                    crate::device::TimeMode::Real,
+                    Arc::new(crate::clock::SystemClock::default()),
                 );
                 Ok(Arc::new(timed))
             }

@@ -83,7 +83,7 @@ impl Bed {
     /// Advance the clock by `secs` and run one migration round.
     pub fn round(&self, m: &Migrator, secs: u64) -> RoundReport {
         self.clock.advance(Duration::from_secs(secs));
-        m.run_round(&|_| {})
+        m.run_round()
     }
 }
 

@@ -13,9 +13,10 @@ use hdrhistogram::Histogram;
 
 use super::sched::VirtualSched;
 use super::workload::{Generator, Req, Spec};
-use crate::device::{real_now, set_virtual_now, virtual_now, BlockDevice};
-use crate::migrate::Migrator;
-use crate::volume::Volume;
+use tierd::clock::{Clock, SystemClock};
+use tierd::device::BlockDevice;
+use tierd::migrate::Migrator;
+use tierd::volume::Volume;
 
 /// The least time a request takes in virtual time (host and protocol
 /// overhead of a request that touches no device).
@@ -97,7 +98,7 @@ pub enum Mode {
     /// Deterministic virtual time.
     Virtual(Arc<VirtualSched>),
     /// Wall-clock time.
-    Real,
+    Real(Arc<SystemClock>),
 }
 
 /// What one run measured.
@@ -236,6 +237,11 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
             let finished = AtomicUsize::new(0);
             let start = sched.now();
             let extra = usize::from(run.migrator.is_some());
+            // The migrator is paused when the run ends (see below), and
+            // resumes with the next run.
+            if let Some(mig) = run.migrator {
+                mig.set_paused(false);
+            }
             let parts = sched.phase(1 + extra, |p, i| {
                 let mut m = Measurement::new(run.bin);
                 if i == 1 {
@@ -243,19 +249,12 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                         let interval = mig.config().interval;
                         // A round at the start of every run, then one per
                         // interval: short runs back to back still migrate.
+                        // Its pacing waits on the volume's clock, the
+                        // scheduler's: other participants run meanwhile.
                         loop {
-                            set_virtual_now(p.now());
-                            // The round ends with the run (between moves),
-                            // so the run's length is the time measured.
-                            let r = mig.run_round_until(
-                                &|d| {
-                                    let t = virtual_now().max(p.now() + d);
-                                    p.sleep_until(t);
-                                    set_virtual_now(p.now());
-                                },
-                                &|| finished.load(Ordering::Acquire) >= run.qd,
-                            );
-                            p.sleep_until(virtual_now());
+                            p.set_own_now(p.now());
+                            let r = mig.run_round();
+                            p.sleep_until(p.own_now());
                             if finished.load(Ordering::Acquire) >= run.qd {
                                 break;
                             }
@@ -292,13 +291,13 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                         }
                     }
                     let req = gens[w].next_req();
-                    set_virtual_now(t0);
+                    p.set_own_now(t0);
                     if target.io(&req, &mut buf).is_err() {
                         m.errors += 1;
                     }
                     // A request that touched no device (unmapped space)
                     // still takes a moment, or virtual time would stall.
-                    let done = virtual_now().max(t0 + MIN_REQUEST);
+                    let done = p.own_now().max(t0 + MIN_REQUEST);
                     if w < run.qd {
                         m.record(start, t0, done, req.len);
                     } else {
@@ -308,8 +307,16 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                     heap.push(Reverse((done, w)));
                 }
                 finished.store(run.qd, Ordering::Release);
+                // The migrator's round ends with the run (between batches),
+                // so the run's length is the time measured.
+                if let Some(mig) = run.migrator {
+                    mig.set_paused(true);
+                }
                 m
             });
+            if let Some(mig) = run.migrator {
+                mig.set_paused(false);
+            }
             let mut total = Measurement::new(run.bin);
             for m in &parts {
                 total.merge(m);
@@ -317,7 +324,8 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
             total.elapsed = run.duration;
             total
         }
-        Mode::Real => {
+        Mode::Real(clock) => {
+            let real_now = || clock.now();
             let start = real_now();
             let parts: Vec<Measurement> = std::thread::scope(|s| {
                 let gen_for = &gen_for;

@@ -5,7 +5,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::units::IoHint;
+use tierd::units::IoHint;
 
 /// How random offsets are drawn.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,16 +4,26 @@
 //! any participant waits for (ties broken by arrival order). Because exactly
 //! one thread runs at a time and the order is fixed, a run is reproducible
 //! for a given seed. Participants never wait while holding a volume lock:
-//! device models only advance a thread's virtual time, and the thread waits
+//! device models only advance a thread's own time, and the thread waits
 //! after its request returns.
+//!
+//! The scheduler's time reaches the engine as two [`Clock`]s:
+//! - [`VirtualClock`], the shared time: the volume's clock (heat, the
+//!   migrator's token buckets); its [`Clock::sleep`] makes the calling
+//!   participant wait, handing the turn to others (the migrator's pacing);
+//! - [`DeviceClock`], each thread's own time: the timed devices' clock. It
+//!   runs ahead of the shared time by the device time of what the thread did
+//!   since it last waited, and its sleep never waits (a device sleeps while
+//!   the volume may hold locks).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::clock::Clock;
+use tierd::clock::Clock;
 
 struct State {
     now: Duration,
@@ -30,6 +40,15 @@ pub struct VirtualSched {
     /// One condition variable per participant: only the one chosen to run
     /// is woken.
     cvs: Mutex<Vec<Arc<Condvar>>>,
+    /// Per thread: its own time and the participant it runs, if any.
+    threads: Mutex<HashMap<ThreadId, Own>>,
+}
+
+/// A thread's own time, and the participant it runs.
+#[derive(Default, Clone, Copy)]
+struct Own {
+    now: Duration,
+    participant: Option<usize>,
 }
 
 impl Default for VirtualSched {
@@ -44,6 +63,7 @@ impl Default for VirtualSched {
                 open: false,
             }),
             cvs: Mutex::new(Vec::new()),
+            threads: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -63,6 +83,31 @@ impl VirtualSched {
     /// Virtual now.
     pub fn now(&self) -> Duration {
         self.st.lock().now
+    }
+
+    /// The shared time as a [`Clock`] for the engine.
+    pub fn clock(self: &Arc<Self>) -> Arc<VirtualClock> {
+        Arc::new(VirtualClock(self.clone()))
+    }
+
+    /// Each thread's own time as a [`Clock`] for the timed devices.
+    pub fn device_clock(self: &Arc<Self>) -> Arc<DeviceClock> {
+        Arc::new(DeviceClock(self.clone()))
+    }
+
+    /// The calling thread's own time and participant.
+    fn own(&self) -> Own {
+        let id = std::thread::current().id();
+        self.threads.lock().get(&id).copied().unwrap_or_default()
+    }
+
+    fn set_own_now(&self, t: Duration) {
+        self.with_own(|own| *own = t);
+    }
+
+    fn with_own(&self, f: impl FnOnce(&mut Duration)) {
+        let id = std::thread::current().id();
+        f(&mut self.threads.lock().entry(id).or_default().now);
     }
 
     fn cv(&self, id: usize) -> Arc<Condvar> {
@@ -117,6 +162,7 @@ impl VirtualSched {
                     };
                     let f = &f;
                     s.spawn(move || {
+                        p.enter();
                         p.wait_turn();
                         let r = f(&p, i);
                         p.leave();
@@ -141,6 +187,12 @@ impl VirtualSched {
 }
 
 impl Participant {
+    /// Claim the calling thread for this participant.
+    fn enter(&self) {
+        let id = std::thread::current().id();
+        self.sched.threads.lock().entry(id).or_default().participant = Some(self.id);
+    }
+
     fn wait_turn(&self) {
         let cv = self.sched.cv(self.id);
         let mut st = self.sched.st.lock();
@@ -150,6 +202,8 @@ impl Participant {
     }
 
     fn leave(&self) {
+        let id = std::thread::current().id();
+        self.sched.threads.lock().remove(&id);
         let mut st = self.sched.st.lock();
         if st.running == Some(self.id) {
             st.running = None;
@@ -160,6 +214,16 @@ impl Participant {
     /// Virtual now.
     pub fn now(&self) -> Duration {
         self.sched.now()
+    }
+
+    /// This thread's own time ([`DeviceClock`]).
+    pub fn own_now(&self) -> Duration {
+        self.sched.own().now
+    }
+
+    /// Set this thread's own time ([`DeviceClock`]).
+    pub fn set_own_now(&self, t: Duration) {
+        self.sched.set_own_now(t);
     }
 
     /// Wait until virtual time `t` (or yield, if `t` is not in the future).
@@ -180,7 +244,7 @@ impl Participant {
     }
 }
 
-/// The scheduler's time as a [`Clock`] for the engine.
+/// The scheduler's shared time as a [`Clock`] for the engine.
 pub struct VirtualClock(pub Arc<VirtualSched>);
 
 impl Clock for VirtualClock {
@@ -190,6 +254,48 @@ impl Clock for VirtualClock {
 
     fn unix_secs(&self) -> u64 {
         self.0.now().as_secs()
+    }
+
+    /// The calling participant waits until `d` past the shared time, or
+    /// until its own time if that is later (the device time of what it did
+    /// since it last waited), then its own time is the shared time. Even a
+    /// zero `d` hands the turn to a participant due at the same moment. A
+    /// thread that is no participant has no turn to hand over: nothing
+    /// happens.
+    fn sleep(&self, d: Duration) {
+        let own = self.0.own();
+        let Some(id) = own.participant else {
+            return;
+        };
+        let p = Participant {
+            sched: self.0.clone(),
+            id,
+        };
+        p.sleep_until(own.now.max(p.now() + d));
+        p.set_own_now(p.now());
+    }
+}
+
+/// Each thread's own virtual time as a [`Clock`] for the timed devices: a
+/// device operation starts at the thread's own time and moves it to the
+/// completion; nothing waits.
+pub struct DeviceClock(pub Arc<VirtualSched>);
+
+impl Clock for DeviceClock {
+    fn now(&self) -> Duration {
+        self.0.own().now
+    }
+
+    fn unix_secs(&self) -> u64 {
+        self.now().as_secs()
+    }
+
+    fn sleep(&self, d: Duration) {
+        self.0.with_own(|t| *t += d);
+    }
+
+    fn sleep_until(&self, deadline: Duration) {
+        self.0.with_own(|t| *t = (*t).max(deadline));
     }
 }
 
@@ -217,5 +323,38 @@ mod tests {
         assert_eq!(end, Duration::from_millis(30 + 31 + 32 + 33));
         // Events are in time order.
         assert!(a.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
+    #[test]
+    fn the_shared_clock_hands_the_turn_over_and_device_time_is_per_thread() {
+        let s = VirtualSched::new();
+        let (shared, dev) = (s.clock(), s.device_clock());
+        let ms = Duration::from_millis;
+        let log = Mutex::new(Vec::new());
+        s.phase(2, |p, i| {
+            // Device time runs ahead of the shared time; nothing waits.
+            dev.sleep(ms(3 * (i as u64 + 1)));
+            log.lock().push((i, p.now(), dev.now()));
+            // The shared clock's sleep waits for the own time when later,
+            // letting the other participant run meanwhile.
+            shared.sleep(ms(1));
+            log.lock().push((i, p.now(), dev.now()));
+        });
+        let log = log.into_inner();
+        assert_eq!(
+            log,
+            [
+                (0, ms(0), ms(3)),
+                (1, ms(0), ms(6)),
+                (0, ms(3), ms(3)),
+                (1, ms(6), ms(6)),
+            ]
+        );
+        // Outside a participant: no turn to hand over, own time from zero.
+        shared.sleep(ms(1000));
+        assert_eq!(shared.now(), ms(6));
+        assert_eq!(dev.now(), ms(0));
+        dev.sleep_until(ms(2));
+        assert_eq!(dev.now(), ms(2));
     }
 }

@@ -25,17 +25,17 @@ use std::time::Duration;
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::clock::{Clock, SystemClock};
-use crate::device::model::{HddModel, HddParams, ModelKind};
-use crate::device::{BlockDevice, FileDevice, NullDevice, TimeMode, TimedDevice};
-use crate::heat::HeatConfig;
-use crate::migrate::worker::MigratorHandle;
-use crate::migrate::{MigrateConfig, Migrator};
-use crate::store::{MemStore, MetaStore};
-use crate::volume::{Devices, FormatOptions, Volume, VolumeOptions};
-use sched::{VirtualClock, VirtualSched};
+use sched::VirtualSched;
 use suites::{Chart, Finding, Point, SUITES};
 use target::{Hybrid, Mode, Pure, Target};
+use tierd::clock::{Clock, SystemClock};
+use tierd::device::model::{HddModel, HddParams, ModelKind};
+use tierd::device::{BlockDevice, FileDevice, NullDevice, TimedDevice};
+use tierd::heat::HeatConfig;
+use tierd::migrate::worker::MigratorHandle;
+use tierd::migrate::{MigrateConfig, Migrator};
+use tierd::store::{MemStore, MetaStore};
+use tierd::volume::{Devices, FormatOptions, Volume, VolumeOptions};
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]
@@ -179,13 +179,19 @@ impl Bench {
     /// Build the targets (formatting and pre-filling the hybrid).
     pub fn new(opts: BenchOptions, progress: Option<ProgressBar>) -> Result<Self, BenchError> {
         let sched = VirtualSched::new();
-        let (mode, time_mode, clock): (Mode, TimeMode, Arc<dyn Clock>) = match opts.clock {
+        // The volume's clock (heat, migration pacing) and the timed
+        // devices' clock: in virtual time the scheduler's shared time and
+        // each thread's own time; in real time one system clock.
+        let (mode, clock, device_clock): (Mode, Arc<dyn Clock>, Arc<dyn Clock>) = match opts.clock {
             ClockKind::Virtual => (
                 Mode::Virtual(sched.clone()),
-                TimeMode::Virtual,
-                Arc::new(VirtualClock(sched.clone())),
+                sched.clock(),
+                sched.device_clock(),
             ),
-            ClockKind::Real => (Mode::Real, TimeMode::Real, Arc::new(SystemClock::default())),
+            ClockKind::Real => {
+                let c = Arc::new(SystemClock::default());
+                (Mode::Real(c.clone()), c.clone(), c)
+            }
         };
         if opts.clock == ClockKind::Virtual && opts.devices.is_some() {
             return Err(BenchError::Options(
@@ -222,7 +228,7 @@ impl Bench {
                         let t = Arc::new(TimedDevice::new(
                             dev.clone(),
                             m.build(dev.size()),
-                            time_mode,
+                            device_clock.clone(),
                         ));
                         timed.push(t.clone());
                         t
@@ -347,21 +353,17 @@ impl Bench {
             let sched = sched.clone();
             sched.phase(1, |p, _| {
                 for _ in 0..10_000 {
-                    if vol.free_slots(crate::volume::Tier::Ssd) >= reserve {
+                    if vol.free_slots(tierd::volume::Tier::Ssd) >= reserve {
                         break;
                     }
                     p.sleep_until(p.now() + Duration::from_secs(1));
-                    crate::device::set_virtual_now(p.now());
-                    mig.run_round(&|d| {
-                        let t = crate::device::virtual_now().max(p.now() + d);
-                        p.sleep_until(t);
-                        crate::device::set_virtual_now(p.now());
-                    });
+                    p.set_own_now(p.now());
+                    mig.run_round();
                 }
             });
         } else {
             for _ in 0..600 {
-                if vol.free_slots(crate::volume::Tier::Ssd) >= reserve {
+                if vol.free_slots(tierd::volume::Tier::Ssd) >= reserve {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(500));
@@ -458,10 +460,10 @@ pub fn check_real_devices(paths: &[&std::path::Path]) -> Result<(), BenchError> 
             )));
         }
         let dev = FileDevice::open(p, false).map_err(setup("opening a device"))?;
-        let mut probe = vec![0u8; crate::volume::PROBE_SIZE.min(dev.size() as usize)];
+        let mut probe = vec![0u8; tierd::volume::PROBE_SIZE.min(dev.size() as usize)];
         dev.read_at(&mut probe, 0)
             .map_err(setup("reading a device"))?;
-        if let Some(found) = crate::volume::detect_content(&probe) {
+        if let Some(found) = tierd::volume::detect_content(&probe) {
             return Err(BenchError::Options(format!(
                 "{c} carries {found}; wipe it first (for example wipefs -a) if you really mean to benchmark it"
             )));
