@@ -3,7 +3,7 @@
 //! [`Export`]. It knows nothing of volumes, heat or metrics: whatever it
 //! serves comes in through [`Export`] (and [`ExportConn`] per connection),
 //! and what it served goes out through [`RequestObserver`]. It imports only
-//! `crate::units`.
+//! `crate::units` and the shared accept loop, `crate::listen`.
 //!
 //! - [`export`]: the [`Export`] trait, [`IoCtx`], [`ExportError`] (the one
 //!   errno mapping).

@@ -1,5 +1,7 @@
-//! The tokio NBD server: listening and accepting, one connection's lifetime
-//! (handshake, then transmission), connection limits, and shutdown.
+//! The tokio NBD server: its listeners (on the shared accept loop of
+//! [`crate::listen`], with this server's connection limit and a graceful
+//! drain), one connection's lifetime (handshake, then transmission), and
+//! shutdown.
 //!
 //! The phases live next door: [`handshake`](super::handshake) negotiates,
 //! [`transmission`](super::transmission) serves requests. Finished requests
