@@ -197,6 +197,17 @@ pub fn keys() -> impl Iterator<Item = &'static str> {
     default_leaves().iter().map(|(k, _)| k.as_str())
 }
 
+/// The built-in default of `key` as the configuration writes it (`60s`,
+/// `128MiB`, `true`), if `key` is a key with a default.
+pub fn default_of(key: &str) -> Option<String> {
+    let leaves = default_leaves();
+    let i = leaves.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
+    Some(match &leaves[i].1 {
+        serde_json::Value::String(s) => s.clone(),
+        v => v.to_string(),
+    })
+}
+
 /// Whether `key` is a configuration key.
 pub fn is_key(key: &str) -> bool {
     default_leaves()

@@ -1,7 +1,9 @@
 //! The flags `serve` and `format` share: `--config FILE` and one flag per
-//! top-level configuration key, `--<key>`, all from one table ([`FLAGS`]).
-//! Given flags become (key, value) overrides of [`Config::load`], above the
-//! file and the `TIERD_*` environment.
+//! configuration key, `--<key>`: the top-level keys from one table
+//! ([`FLAGS`]), the keys of the `[heat]` and `[migrate]` tables derived from
+//! the configuration's own key list (`--migrate.bandwidth 64MiB`). Given
+//! flags become (key, value) overrides of [`Config::load`], above the file
+//! and the `TIERD_*` environment.
 
 use std::path::PathBuf;
 
@@ -33,7 +35,7 @@ const fn flag(key: &'static str, takes: Takes, help: &'static str) -> Flag {
 }
 
 /// Every top-level key's flag, in `--help` order. Table keys (`[heat]`,
-/// `[migrate]`) are set in the file or as `TIERD_<TABLE>__<KEY>`.
+/// `[migrate]`) get theirs from [`table_keys`].
 const FLAGS: &[Flag] = {
     use Takes::{Path, Switch, Value};
     &[
@@ -135,6 +137,19 @@ const FLAGS: &[Flag] = {
     ]
 };
 
+/// The keys inside tables (`heat.half-life`), each its own flag after the
+/// top-level ones.
+fn table_keys() -> impl Iterator<Item = &'static str> {
+    tierd::config::keys().filter(|k| k.contains('.'))
+}
+
+/// The help line of a table key's flag.
+fn table_help(key: &str) -> String {
+    let (table, rest) = key.split_once('.').unwrap_or(("", key));
+    let default = tierd::config::default_of(key).unwrap_or_default();
+    format!("[{table}] {rest} (default {default}; see docs/tiering.md)")
+}
+
 /// Flags shared by `serve` and `format`; each key's flag overrides the
 /// config file and the TIERD_* environment.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -194,6 +209,12 @@ impl FromArgMatches for Common {
                 self.overrides.push((f.key, v));
             }
         }
+        for key in table_keys() {
+            if let Some(v) = m.try_get_one::<String>(key).map_err(matches_error)? {
+                self.overrides.retain(|(k, _)| *k != key);
+                self.overrides.push((key, v.clone()));
+            }
+        }
         Ok(())
     }
 }
@@ -216,6 +237,14 @@ impl Args for Common {
                 Takes::Value(name) => arg.value_name(name),
                 Takes::Switch => arg.action(ArgAction::SetTrue),
             });
+        }
+        for key in table_keys() {
+            cmd = cmd.arg(
+                Arg::new(key)
+                    .long(key)
+                    .value_name("VALUE")
+                    .help(table_help(key)),
+            );
         }
         cmd
     }
@@ -242,6 +271,30 @@ mod tests {
         let mut flags: Vec<&str> = FLAGS.iter().map(|f| f.key).collect();
         flags.sort_unstable();
         assert_eq!(flags, top);
+    }
+
+    #[test]
+    fn every_table_key_has_its_flag_too() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+        for key in tierd::config::keys() {
+            assert!(longs.contains(&key), "no flag --{key}");
+        }
+        let c = Cli::try_parse_from([
+            "tierd",
+            "--migrate.bandwidth",
+            "64MiB",
+            "--heat.half-life",
+            "10m",
+        ])
+        .expect("parses")
+        .common;
+        let cfg = Config::load(None, std::iter::empty(), &c.overrides).expect("loads");
+        assert_eq!(cfg.migrate.bandwidth, tierd::units::ByteSize(64 << 20));
+        assert_eq!(cfg.heat.half_life, std::time::Duration::from_secs(600));
+        let e = Cli::try_parse_from(["tierd", "--heat.no-such-key", "1"]);
+        assert!(e.is_err(), "an unknown table key is no flag");
     }
 
     #[test]
