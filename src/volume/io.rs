@@ -259,9 +259,11 @@ impl Volume {
         }
         let dev = self.devices.get(m.loc.tier);
         let i = m.loc.tier.index();
-        // Bumped before the data changes, as on the blocking path.
+        // Bumped before and after the data changes, as on the blocking path.
         self.bump(p.extent);
-        let r = dev.write_at_nowait(data, self.geo.slot_offset(m.loc.slot) + p.start)?;
+        let r = dev.write_at_nowait(data, self.geo.slot_offset(m.loc.slot) + p.start);
+        self.bump(p.extent);
+        let r = r?;
         if let Err(e) = r {
             Stats::add(&self.stats.dev_errors[i], 1);
             return Some(Err(io_err(dev.as_ref())(e)));
@@ -309,7 +311,14 @@ impl Volume {
                     // Bumped before the data changes: a migration copying
                     // this extent will see it and not commit a stale copy.
                     self.bump(p.extent);
-                    return self.device_write(m.loc, p.start, data);
+                    let r = self.device_write(m.loc, p.start, data);
+                    // And again after it, still under the lock: a migration
+                    // takes its snapshot under a read lock too, so it may
+                    // have read the generation between the first bump and
+                    // the data write, then copied the block before the
+                    // write reached it; this bump fails its commit.
+                    self.bump(p.extent);
+                    return r;
                 }
             }
         }

@@ -98,8 +98,9 @@ pub struct Volume {
     meta_dirty: AtomicBool,
     /// Serialises flushes.
     flush_lock: Mutex<()>,
-    /// Per extent: bumped before every change of its data or mapping, so a
-    /// migration can tell whether its copy is still current.
+    /// Per extent: bumped before every change of its data or mapping (and,
+    /// for writes under the shared lock, after it too), so a migration can
+    /// tell whether its copy is still current.
     gens: Box<[AtomicU32]>,
     /// Heat of every extent: recorded by the I/O paths, shared with
     /// whoever reads it (the migrator, control, metrics).
