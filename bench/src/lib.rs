@@ -316,25 +316,19 @@ impl Bench {
         let pure_ssd = wrap(Arc::new(NullDevice::new(b.capacity)), opts.ssd_model);
         let pure_hdd = wrap(Arc::new(NullDevice::new(hdd_size)), opts.hdd_model);
         b.targets.push(Box::new(Hybrid(vol.clone())));
-        if opts.devices.is_none() {
-            b.targets.push(Box::new(Pure {
-                name: "pure-ssd",
-                dev: pure_ssd,
-            }));
-            b.targets.push(Box::new(Pure {
-                name: "pure-hdd",
-                dev: pure_hdd,
-            }));
+        let (ssd_dev, hdd_dev) = if opts.devices.is_none() {
+            (pure_ssd, pure_hdd)
         } else {
-            b.targets.push(Box::new(Pure {
-                name: "pure-ssd",
-                dev: ssd_raw,
-            }));
-            b.targets.push(Box::new(Pure {
-                name: "pure-hdd",
-                dev: hdd_raw,
-            }));
-        }
+            (ssd_raw, hdd_raw)
+        };
+        b.targets.push(Box::new(Pure {
+            name: "pure-ssd",
+            dev: ssd_dev,
+        }));
+        b.targets.push(Box::new(Pure {
+            name: "pure-hdd",
+            dev: hdd_dev,
+        }));
         b.timed = timed;
         if opts.clock == ClockKind::Real {
             b.handle = Some(mig.spawn().map_err(setup("starting the migrator"))?);

@@ -259,11 +259,9 @@ impl Volume {
         }
         let dev = self.devices.get(m.loc.tier);
         let i = m.loc.tier.index();
-        // Bumped before and after the data changes, as on the blocking path.
-        self.bump(p.extent);
-        let r = dev.write_at_nowait(data, self.geo.slot_offset(m.loc.slot) + p.start);
-        self.bump(p.extent);
-        let r = r?;
+        let r = self.shared_write(p.extent, || {
+            dev.write_at_nowait(data, self.geo.slot_offset(m.loc.slot) + p.start)
+        })?;
         if let Err(e) = r {
             Stats::add(&self.stats.dev_errors[i], 1);
             return Some(Err(io_err(dev.as_ref())(e)));
@@ -308,17 +306,7 @@ impl Volume {
             let guard = self.slot_lock(p.extent).read();
             if let Some(m) = guard.as_ref() {
                 if m.written.all(first, last) {
-                    // Bumped before the data changes: a migration copying
-                    // this extent will see it and not commit a stale copy.
-                    self.bump(p.extent);
-                    let r = self.device_write(m.loc, p.start, data);
-                    // And again after it, still under the lock: a migration
-                    // takes its snapshot under a read lock too, so it may
-                    // have read the generation between the first bump and
-                    // the data write, then copied the block before the
-                    // write reached it; this bump fails its commit.
-                    self.bump(p.extent);
-                    return r;
+                    return self.shared_write(p.extent, || self.device_write(m.loc, p.start, data));
                 }
             }
         }
@@ -379,6 +367,20 @@ impl Volume {
         self.meta_dirty.store(true, Ordering::Release);
         *guard = Some(m);
         Ok(())
+    }
+
+    /// A data write under the extent's *read* lock (`write`), with the
+    /// extent's generation bumped before and after it. Before: a migration
+    /// copying the extent sees the change and does not commit a stale copy.
+    /// After, still under the lock: a migration takes its snapshot under a
+    /// read lock too, so it may have read the generation between the first
+    /// bump and the data write, then copied the block before the write
+    /// reached it; the second bump fails its commit.
+    fn shared_write<T>(&self, extent: u64, write: impl FnOnce() -> T) -> T {
+        self.bump(extent);
+        let r = write();
+        self.bump(extent);
+        r
     }
 
     fn bump(&self, extent: u64) {
