@@ -114,6 +114,8 @@ pub enum Reason {
     Pin,
     /// Moved on an operator's request.
     Manual,
+    /// Blocks written back from the SSD write log to their HDD extent.
+    Writeback,
 }
 
 impl Reason {
@@ -126,18 +128,20 @@ impl Reason {
             Reason::Reserve => "reserve",
             Reason::Pin => "pin",
             Reason::Manual => "manual",
+            Reason::Writeback => "writeback",
         }
     }
 }
 
 /// Reasons in counter order.
-pub const REASONS: [Reason; 6] = [
+pub const REASONS: [Reason; 7] = [
     Reason::Hot,
     Reason::Near,
     Reason::Cold,
     Reason::Reserve,
     Reason::Pin,
     Reason::Manual,
+    Reason::Writeback,
 ];
 
 /// Durations in the configuration: a number of seconds or a string with a

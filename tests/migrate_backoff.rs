@@ -109,6 +109,7 @@ impl Rig {
         let vopts = VolumeOptions {
             heat: HeatConfig::default(),
             clock: clock.clone(),
+            ..Default::default()
         };
         let vol = Arc::new(Volume::open_with(devices, store, vopts).expect("open"));
         let cfg = MigrateConfig {

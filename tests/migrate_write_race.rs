@@ -161,6 +161,7 @@ fn a_write_held_after_its_first_bump_is_not_lost_by_a_migration() {
     let opts = VolumeOptions {
         heat: bed.heat,
         clock: bed.clock.clone(),
+        ..Default::default()
     };
     let vol = Arc::new(Volume::open_with(devices, store, opts).expect("open"));
     vol.write(0, &pattern(1, EXTENT as usize), false)

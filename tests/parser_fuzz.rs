@@ -8,7 +8,9 @@
 
 use rand::{Rng, SeedableRng};
 use tierd::nbd::proto;
-use tierd::volume::{Loc, Mapping, Superblock, Tier, Written, FORMAT_VERSION};
+use tierd::volume::{
+    Loc, LogPos, Logged, Mapping, Shadow, Superblock, Tier, Written, FORMAT_VERSION,
+};
 
 fn iters() -> u64 {
     std::env::var("TIERD_FUZZ_ITERS")
@@ -149,19 +151,51 @@ fn metadata_decoders_never_panic_and_round_trip() {
     let mut partial = Written::empty(256);
     partial.set_range(3, 77, true, 256);
     let maps = [
-        Mapping {
-            loc: Loc {
+        Mapping::plain(
+            Loc {
                 tier: Tier::Hdd,
                 slot: 12345,
             },
-            written: partial,
-        },
-        Mapping {
-            loc: Loc {
+            partial.clone(),
+        ),
+        Mapping::plain(
+            Loc {
                 tier: Tier::Ssd,
                 slot: 0,
             },
-            written: Written::Full,
+            Written::Full,
+        ),
+        Mapping {
+            logged: vec![
+                Logged {
+                    block: 3,
+                    at: LogPos { slot: 9, index: 0 },
+                },
+                Logged {
+                    block: 70,
+                    at: LogPos { slot: 9, index: 1 },
+                },
+            ],
+            ..Mapping::plain(
+                Loc {
+                    tier: Tier::Hdd,
+                    slot: 7,
+                },
+                partial.clone(),
+            )
+        },
+        Mapping {
+            shadow: Some(Shadow {
+                slot: 44,
+                stale: partial,
+            }),
+            ..Mapping::plain(
+                Loc {
+                    tier: Tier::Ssd,
+                    slot: 2,
+                },
+                Written::Full,
+            )
         },
     ];
     let sb = Superblock {

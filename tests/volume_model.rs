@@ -126,7 +126,7 @@ fn random_ops_match_the_model_across_restarts() {
             }
         }
         let u = vol.usage();
-        let mapped = u.mapped[0] + u.mapped[1];
+        let mapped = u.mapped[0] + u.mapped[1] + u.shadows + u64::from(u.log.segments);
         assert_eq!(
             mapped + u64::from(u.free[0] + u.free[1] + u.quarantined),
             32,

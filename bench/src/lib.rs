@@ -302,6 +302,7 @@ impl Bench {
         let vopts = VolumeOptions {
             heat: opts.heat,
             clock: clock.clone(),
+            ..Default::default()
         };
         let vol = Arc::new(
             Volume::open_with(devices, vol_store, vopts).map_err(setup("opening the hybrid"))?,

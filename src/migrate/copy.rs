@@ -12,7 +12,7 @@
 //! `false`.
 
 use crate::units::Reason;
-use crate::volume::{MoveOutcome, MoveStep, Tier, Volume, VolumeResult};
+use crate::volume::{Goal, MoveOutcome, MoveStep, Tier, Volume, VolumeResult};
 
 /// Attempts before a migration racing foreground writes gives up.
 const ATTEMPTS: usize = 3;
@@ -77,7 +77,7 @@ pub fn migrate_extent(
 ) -> VolumeResult<MoveOutcome> {
     let armed = take_armed();
     for _ in 0..ATTEMPTS {
-        let out = run(vol, &[(extent, reason)], to, pace, armed)?;
+        let out = run(vol, &[(extent, reason)], Goal::of(to), pace, armed)?;
         match out.first() {
             Some((_, MoveOutcome::Raced)) => continue,
             Some((_, o)) => return Ok(*o),
@@ -100,19 +100,34 @@ pub fn migrate_batch(
     pace: &mut dyn FnMut(u64),
 ) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
     let armed = take_armed();
-    run(vol, extents, to, pace, armed)
+    run(vol, extents, Goal::of(to), pace, armed)
+}
+
+/// Write the logged blocks of HDD extents back from the SSD write log into
+/// their HDD slots (in HDD order, neighbouring blocks in one write) with the
+/// same crash-safe protocol: copy, sync the HDD, commit the mappings without
+/// the logged blocks, flush, then free the log places. An extent written
+/// meanwhile is left as it is (`Raced`).
+pub fn write_back_batch(
+    vol: &Volume,
+    extents: &[u64],
+    pace: &mut dyn FnMut(u64),
+) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
+    let armed = take_armed();
+    let extents: Vec<(u64, Reason)> = extents.iter().map(|e| (*e, Reason::Writeback)).collect();
+    run(vol, &extents, Goal::WriteBack, pace, armed)
 }
 
 /// One pass of the protocol over `extents`.
 fn run(
     vol: &Volume,
     extents: &[(u64, Reason)],
-    to: Tier,
+    goal: Goal,
     pace: &mut dyn FnMut(u64),
     armed: Option<MoveStep>,
 ) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
     // 1. Snapshot each extent and take destination slots.
-    let (reserved, mut out) = vol.reserve_moves(extents, to)?;
+    let (reserved, mut out) = vol.reserve_moves(extents, goal)?;
     if reserved.is_empty() {
         return Ok(out);
     }

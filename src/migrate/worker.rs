@@ -122,13 +122,17 @@ pub struct RoundReport {
     pub errors: usize,
     /// The plan filled the round's budget (`max-moves`): more is waiting.
     pub truncated: bool,
+    /// Extents whose logged blocks were written back to the HDD.
+    pub written_back: usize,
+    /// Shadows dropped to give the HDD free slots.
+    pub shadows_dropped: usize,
 }
 
 impl RoundReport {
     /// Whether the next round should start at once instead of after the
     /// interval: the budget was full and moves are getting done.
     pub fn more_waiting(&self) -> bool {
-        self.truncated && self.moved > 0
+        (self.truncated && self.moved > 0) || self.written_back > 0
     }
 }
 
@@ -287,9 +291,21 @@ impl Migrator {
             return report;
         }
         let geo = *vol.geometry();
+        // Shadows give way when the HDD runs short of free slots (demotions
+        // and new data need them): keep more free than the reserve.
+        let spare = u64::from(geo.reserve_extents.max(1));
+        let hdd_free = u64::from(vol.free_slots(Tier::Hdd));
+        if hdd_free <= spare {
+            match vol.drop_shadows((spare + 1 - hdd_free) as usize, None) {
+                Ok(n) => report.shadows_dropped = n,
+                Err(e) => warn!("dropping shadows: {e}"),
+            }
+        }
         let input = PlanInput {
             candidates: candidates(vol, &self.heat),
-            ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
+            // The write log lives in the reserve: its segments come back as
+            // write-back drains it, so they count as free for the policy.
+            ssd_free: u64::from(vol.free_slots(Tier::Ssd)) + u64::from(vol.log_usage().segments),
             reserve: self.reserve_extents(),
             blocks_per_extent: geo.blocks_per_extent(),
             group: cfg.batch.max(1),
@@ -367,7 +383,71 @@ impl Migrator {
                 }
             }
         }
+        if !self.paused() {
+            self.write_back(&cfg, write_rate, &mut report);
+        }
         report
+    }
+
+    /// Write logged blocks back from the SSD write log, in HDD order, so the
+    /// log has room for the next burst: always while the log is more than
+    /// half full, else only while the foreground is idle (bcache's
+    /// writeback does the same). Paced by the bucket; at most one batch per
+    /// round when idle-driven, so foreground I/O arriving is seen soon.
+    fn write_back(&self, cfg: &MigrateConfig, write_rate: f64, report: &mut RoundReport) {
+        let vol = &self.vol;
+        let usage = vol.log_usage();
+        if usage.used == 0 {
+            return;
+        }
+        let urgent = usage.segments * 2 > usage.cap;
+        let idle = vol.inflight() == 0 && write_rate < 1.0;
+        if !urgent && !idle {
+            return;
+        }
+        let clock = vol.clock();
+        let extents: Vec<u64> = vol
+            .logged_extents()
+            .into_iter()
+            .map(|(e, _)| e)
+            .take(cfg.batch.max(1) * if urgent { 4 } else { 1 })
+            .collect();
+        for batch in extents.chunks(cfg.batch.max(1)) {
+            if self.paused() {
+                break;
+            }
+            let mut waited = Duration::ZERO;
+            while vol.inflight() >= cfg.busy_inflight && waited < cfg.max_backoff {
+                let step = Duration::from_millis(5);
+                clock.sleep(step);
+                waited += step;
+            }
+            let mut pace = |n: u64| {
+                let wait = self.reserve_bucket.lock().take(n, clock.now());
+                clock.sleep(wait);
+            };
+            match super::copy::write_back_batch(vol, batch, &mut pace) {
+                Ok(outcomes) => {
+                    for (_, o) in outcomes {
+                        match o {
+                            MoveOutcome::Moved(bytes) => {
+                                report.written_back += 1;
+                                report.bytes += bytes;
+                            }
+                            MoveOutcome::Raced => report.raced += 1,
+                            _ => {}
+                        }
+                    }
+                }
+                Err(e) => {
+                    report.errors += batch.len();
+                    warn!(
+                        extents = batch.len(),
+                        "write-back failed, blocks stay in the log: {e}"
+                    );
+                }
+            }
+        }
     }
 
     /// Run rounds on a background thread until stopped.

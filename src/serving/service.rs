@@ -450,7 +450,8 @@ pub async fn run_with(
             .map_err(|e| ServiceError::Refused(format!("stopping the migrator: {e}")))?;
     }
     let v = volume.clone();
-    tokio::task::spawn_blocking(move || v.flush())
+    // A clean close: the shadows stay trusted at the next start.
+    tokio::task::spawn_blocking(move || v.close())
         .await
         .map_err(|e| ServiceError::Refused(format!("flush task failed: {e}")))??;
     info!("volume flushed; bye");

@@ -7,7 +7,8 @@ use crate::store::StoreError;
 use uuid::Uuid;
 
 use super::geometry::{GeometryError, Tier};
-use super::superblock::{SuperblockError, FORMAT_VERSION};
+use super::open::STORE_FORMAT_VERSION;
+use super::superblock::SuperblockError;
 
 /// Errors of formatting, opening and using a volume.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +92,7 @@ pub enum VolumeError {
     },
     /// The metadata is from another format version.
     #[error(
-        "the metadata store has format version {found}; this build reads version {FORMAT_VERSION}"
+        "the metadata store has format version {found}; this build reads versions 1 to {STORE_FORMAT_VERSION} (a newer release wrote it: run that release)"
     )]
     UnknownStoreVersion {
         /// Version found.

@@ -1,9 +1,22 @@
-//! The extent map's entries: where a logical extent lives and which of its
-//! 4 KiB blocks hold written data, plus their encoding in the metadata store.
+//! The extent map's entries: where a logical extent lives, which of its
+//! 4 KiB blocks hold written data, and the two kinds of second copy an
+//! extent can have, plus their encoding in the metadata store.
 //!
-//! Record layout: `[1u8 version][tier u8][slot u32 LE][kind u8]` followed,
-//! for kind 0 (partial), by the written-block bitmap as little-endian u64
-//! words. Kind 1 means every block is written.
+//! - An extent on the **SSD** may keep a **shadow**: its old HDD slot, a
+//!   clean copy of every block except those marked *stale* (written on the
+//!   SSD since). Demoting it writes back only the stale blocks.
+//! - An extent on the **HDD** may have blocks in the SSD **write log**: a
+//!   write to an HDD extent lands in a free 4 KiB place of a log segment on
+//!   the SSD, and the extent remembers where (`logged`). Reads take each
+//!   block from its newest place; write-back copies logged blocks home.
+//!
+//! Record layout, version 1 (a plain mapping, the only one older releases
+//! wrote): `[1u8][tier u8][slot u32 LE][kind u8]` followed, for kind 0
+//! (partial), by the written-block bitmap as little-endian u64 words; kind 1
+//! means every block is written. Version 2 (a mapping with a shadow or
+//! logged blocks) is the same with a leading 2, then `[shadow u8]` (0 or 1)
+//! and, with a shadow, `[slot u32][kind][stale bitmap]`, then
+//! `[count u32]` logged blocks of `[block u32][segment slot u32][index u32]`.
 
 use super::geometry::Tier;
 
@@ -85,6 +98,14 @@ impl Written {
         }
     }
 
+    /// How many of `blocks` blocks are written.
+    pub fn count(&self, blocks: u32) -> u32 {
+        match self {
+            Written::Full => blocks,
+            Written::Partial(w) => w.iter().map(|x| x.count_ones()).sum(),
+        }
+    }
+
     /// Maximal runs `(first, count, written)` covering `first..=last`.
     pub fn runs(&self, first: u32, last: u32) -> Vec<(u32, u32, bool)> {
         let mut out: Vec<(u32, u32, bool)> = Vec::new();
@@ -99,13 +120,46 @@ impl Written {
     }
 }
 
-/// A mapped extent: its place and its written blocks.
+/// A place in the SSD write log: block `index` of log segment `slot` (an
+/// SSD slot lent to the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LogPos {
+    /// The SSD slot of the segment.
+    pub slot: u32,
+    /// The 4 KiB place inside it.
+    pub index: u32,
+}
+
+/// A block of an HDD extent whose newest data is in the write log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Logged {
+    /// The block inside the extent.
+    pub block: u32,
+    /// Where its data is.
+    pub at: LogPos,
+}
+
+/// The clean HDD copy an SSD extent keeps after a promotion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shadow {
+    /// Its HDD slot.
+    pub slot: u32,
+    /// Blocks written on the SSD since: the HDD copy of them is outdated.
+    pub stale: Written,
+}
+
+/// A mapped extent: its place, its written blocks and its second copy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
     /// Where it lives.
     pub loc: Loc,
     /// Which blocks hold data.
     pub written: Written,
+    /// On the SSD only: the clean HDD copy kept since its promotion.
+    pub shadow: Option<Shadow>,
+    /// On the HDD only: blocks whose newest data is in the SSD write log,
+    /// in block order.
+    pub logged: Vec<Logged>,
 }
 
 /// Why an extent record does not decode.
@@ -113,50 +167,49 @@ pub struct Mapping {
 #[error("extent record is damaged: {0}")]
 pub struct RecordError(pub &'static str);
 
-impl Mapping {
-    /// Encode for the metadata store.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(7);
-        b.push(1u8);
-        b.push(match self.loc.tier {
-            Tier::Ssd => 0,
-            Tier::Hdd => 1,
-        });
-        b.extend_from_slice(&self.loc.slot.to_le_bytes());
-        match &self.written {
-            Written::Full => b.push(1),
-            Written::Partial(w) => {
-                b.push(0);
-                for word in w.iter() {
-                    b.extend_from_slice(&word.to_le_bytes());
-                }
+fn put_bitmap(b: &mut Vec<u8>, w: &Written) {
+    match w {
+        Written::Full => b.push(1),
+        Written::Partial(w) => {
+            b.push(0);
+            for word in w.iter() {
+                b.extend_from_slice(&word.to_le_bytes());
             }
         }
-        b
     }
+}
 
-    /// Decode a record of an extent with `blocks` blocks.
-    pub fn decode(b: &[u8], blocks: u32) -> Result<Self, RecordError> {
-        if b.len() < 7 {
+/// A cursor over a record's bytes.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], RecordError> {
+        if self.0.len() < n {
             return Err(RecordError("too short"));
         }
-        if b[0] != 1 {
-            return Err(RecordError("unknown record version"));
-        }
-        let tier = match b[1] {
-            0 => Tier::Ssd,
-            1 => Tier::Hdd,
-            _ => return Err(RecordError("unknown tier")),
-        };
-        let slot = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-        let written = match b[6] {
-            1 if b.len() == 7 => Written::Full,
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, RecordError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, RecordError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn bitmap(&mut self, blocks: u32) -> Result<Written, RecordError> {
+        match self.u8()? {
+            1 => Ok(Written::Full),
             0 => {
                 let words = (blocks as usize).div_ceil(64);
-                if b.len() != 7 + words * 8 {
-                    return Err(RecordError("bitmap length does not match the extent size"));
-                }
-                let w: Vec<u64> = b[7..]
+                let raw = self
+                    .take(words * 8)
+                    .map_err(|_| RecordError("bitmap length does not match the extent size"))?;
+                let w: Vec<u64> = raw
                     .chunks_exact(8)
                     .map(|c| {
                         let mut a = [0u8; 8];
@@ -164,14 +217,129 @@ impl Mapping {
                         u64::from_le_bytes(a)
                     })
                     .collect();
-                Written::Partial(w.into_boxed_slice())
+                Ok(Written::Partial(w.into_boxed_slice()))
             }
-            _ => return Err(RecordError("unknown bitmap kind")),
-        };
-        Ok(Mapping {
-            loc: Loc { tier, slot },
+            _ => Err(RecordError("unknown bitmap kind")),
+        }
+    }
+}
+
+impl Mapping {
+    /// A plain mapping: no shadow, nothing logged.
+    pub fn plain(loc: Loc, written: Written) -> Self {
+        Mapping {
+            loc,
             written,
-        })
+            shadow: None,
+            logged: Vec::new(),
+        }
+    }
+
+    /// The log place of block `b`, if its newest data is in the log.
+    pub fn logged_at(&self, b: u32) -> Option<LogPos> {
+        self.logged
+            .binary_search_by_key(&b, |l| l.block)
+            .ok()
+            .map(|i| self.logged[i].at)
+    }
+
+    /// Every slot this mapping owns (its own, and its shadow's).
+    pub fn slots(&self) -> impl Iterator<Item = Loc> {
+        let shadow = self.shadow.as_ref().map(|s| Loc {
+            tier: Tier::Hdd,
+            slot: s.slot,
+        });
+        std::iter::once(self.loc).chain(shadow)
+    }
+
+    /// Encode for the metadata store: version 1 for a plain mapping (what
+    /// older releases read), version 2 otherwise.
+    pub fn encode(&self) -> Vec<u8> {
+        let plain = self.shadow.is_none() && self.logged.is_empty();
+        let mut b = Vec::with_capacity(7);
+        b.push(if plain { 1u8 } else { 2u8 });
+        b.push(match self.loc.tier {
+            Tier::Ssd => 0,
+            Tier::Hdd => 1,
+        });
+        b.extend_from_slice(&self.loc.slot.to_le_bytes());
+        put_bitmap(&mut b, &self.written);
+        if plain {
+            return b;
+        }
+        match &self.shadow {
+            None => b.push(0),
+            Some(s) => {
+                b.push(1);
+                b.extend_from_slice(&s.slot.to_le_bytes());
+                put_bitmap(&mut b, &s.stale);
+            }
+        }
+        b.extend_from_slice(&(self.logged.len() as u32).to_le_bytes());
+        for l in &self.logged {
+            b.extend_from_slice(&l.block.to_le_bytes());
+            b.extend_from_slice(&l.at.slot.to_le_bytes());
+            b.extend_from_slice(&l.at.index.to_le_bytes());
+        }
+        b
+    }
+
+    /// Decode a record of an extent with `blocks` blocks (either version).
+    pub fn decode(b: &[u8], blocks: u32) -> Result<Self, RecordError> {
+        let mut r = Reader(b);
+        let version = r.u8()?;
+        if version != 1 && version != 2 {
+            return Err(RecordError("unknown record version"));
+        }
+        let tier = match r.u8()? {
+            0 => Tier::Ssd,
+            1 => Tier::Hdd,
+            _ => return Err(RecordError("unknown tier")),
+        };
+        let slot = r.u32()?;
+        let written = r.bitmap(blocks)?;
+        let mut m = Mapping::plain(Loc { tier, slot }, written);
+        if version == 2 {
+            m.shadow = match r.u8()? {
+                0 => None,
+                1 => {
+                    let slot = r.u32()?;
+                    Some(Shadow {
+                        slot,
+                        stale: r.bitmap(blocks)?,
+                    })
+                }
+                _ => return Err(RecordError("unknown shadow flag")),
+            };
+            let n = r.u32()?;
+            if n > blocks {
+                return Err(RecordError("more logged blocks than the extent has"));
+            }
+            for _ in 0..n {
+                let block = r.u32()?;
+                let at = LogPos {
+                    slot: r.u32()?,
+                    index: r.u32()?,
+                };
+                if block >= blocks || at.index >= blocks {
+                    return Err(RecordError("logged block out of range"));
+                }
+                if m.logged.last().is_some_and(|l| l.block >= block) {
+                    return Err(RecordError("logged blocks out of order"));
+                }
+                m.logged.push(Logged { block, at });
+            }
+            if m.shadow.is_some() && m.loc.tier != Tier::Ssd {
+                return Err(RecordError("a shadow on an HDD extent"));
+            }
+            if !m.logged.is_empty() && m.loc.tier != Tier::Hdd {
+                return Err(RecordError("logged blocks on an SSD extent"));
+            }
+        }
+        if !r.0.is_empty() {
+            return Err(RecordError("trailing bytes"));
+        }
+        Ok(m)
     }
 }
 
@@ -203,24 +371,79 @@ mod tests {
         let mut written = Written::empty(256);
         written.set_range(3, 200, true, 256);
         for m in [
-            Mapping {
-                loc: Loc {
+            Mapping::plain(
+                Loc {
                     tier: Tier::Hdd,
                     slot: 77,
                 },
-                written,
-            },
-            Mapping {
-                loc: Loc {
+                written.clone(),
+            ),
+            Mapping::plain(
+                Loc {
                     tier: Tier::Ssd,
                     slot: 0,
                 },
-                written: Written::Full,
+                Written::Full,
+            ),
+            Mapping {
+                shadow: Some(Shadow {
+                    slot: 9,
+                    stale: written.clone(),
+                }),
+                ..Mapping::plain(
+                    Loc {
+                        tier: Tier::Ssd,
+                        slot: 3,
+                    },
+                    Written::Full,
+                )
+            },
+            Mapping {
+                logged: vec![
+                    Logged {
+                        block: 4,
+                        at: LogPos { slot: 2, index: 0 },
+                    },
+                    Logged {
+                        block: 200,
+                        at: LogPos {
+                            slot: 7,
+                            index: 255,
+                        },
+                    },
+                ],
+                ..Mapping::plain(
+                    Loc {
+                        tier: Tier::Hdd,
+                        slot: 5,
+                    },
+                    written,
+                )
             },
         ] {
-            assert_eq!(Mapping::decode(&m.encode(), 256).unwrap(), m);
+            let enc = m.encode();
+            let plain = m.shadow.is_none() && m.logged.is_empty();
+            assert_eq!(enc[0], if plain { 1 } else { 2 }, "{m:?}");
+            assert_eq!(Mapping::decode(&enc, 256).unwrap(), m);
+            // Every truncation is refused, never misread.
+            for n in 0..enc.len() {
+                assert!(Mapping::decode(&enc[..n], 256).is_err(), "{m:?} cut at {n}");
+            }
         }
+        // A version-1 record as the previous release wrote it.
+        let old = [1u8, 1, 77, 0, 0, 0, 1];
+        assert_eq!(
+            Mapping::decode(&old, 256).unwrap(),
+            Mapping::plain(
+                Loc {
+                    tier: Tier::Hdd,
+                    slot: 77
+                },
+                Written::Full
+            )
+        );
         assert!(Mapping::decode(&[1, 0, 0, 0, 0, 0, 0, 0], 256).is_err());
+        assert!(Mapping::decode(&[3, 0, 0, 0, 0, 0, 1], 256).is_err());
         assert!(Mapping::decode(&[2, 0, 0, 0, 0, 0, 1], 256).is_err());
         assert!(Mapping::decode(&[1, 5, 0, 0, 0, 0, 1], 256).is_err());
     }

@@ -11,6 +11,7 @@ mod error;
 mod extent;
 mod geometry;
 mod io;
+mod log;
 mod moves;
 mod open;
 mod pins;
@@ -20,13 +21,14 @@ mod superblock;
 
 pub use error::{VolumeError, VolumeResult};
 pub use io::AllocRun;
-pub use moves::{MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
-pub use open::{FormatOptions, VolumeOptions};
+pub use log::LogUsage;
+pub use moves::{Goal, MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
+pub use open::{FormatOptions, VolumeOptions, STORE_FORMAT_VERSION};
 pub use pins::{pin_in, Pin};
 pub use placement::Placement;
 pub use stats::Stats;
 
-pub use extent::{Loc, Mapping, RecordError, Written};
+pub use extent::{Loc, LogPos, Logged, Mapping, RecordError, Shadow, Written};
 pub use geometry::{
     Geometry, GeometryError, Tier, BLOCK_SIZE, DATA_OFFSET, DEFAULT_EXTENT_SIZE, DEFAULT_RESERVE,
     MAX_EXTENT_SIZE, MIN_EXTENT_SIZE,
@@ -51,6 +53,9 @@ const VOLUME_ID_KEY: &str = "volume-id";
 const GEOMETRY_KEY: &str = "geometry";
 const PINS_KEY: &str = "pins";
 const HEAT_KEY: &str = "heat";
+/// "1" while the volume is closed cleanly; "0" from open until then. Shadows
+/// are trusted only after a clean close (see docs/design.md, "Second copies").
+const CLEAN_KEY: &str = "clean-shutdown";
 
 /// The two devices of a volume.
 #[derive(Clone)]
@@ -81,6 +86,19 @@ pub struct Usage {
     pub free: [u32; 2],
     /// Slots waiting for a metadata flush before reuse.
     pub quarantined: u32,
+    /// The SSD write log.
+    pub log: LogUsage,
+    /// Blocks of HDD extents whose newest data is in the write log (the
+    /// write-back backlog).
+    pub logged_blocks: u64,
+    /// SSD extents that keep a clean HDD copy.
+    pub shadows: u64,
+    /// Blocks of those copies that are still current (demoting them costs no
+    /// write).
+    pub shadow_clean_blocks: u64,
+    /// Blocks of those copies written on the SSD since (written back when
+    /// the extent is demoted).
+    pub shadow_stale_blocks: u64,
 }
 
 /// An open tiered volume.
@@ -92,6 +110,12 @@ pub struct Volume {
     /// The extent map: one lock per logical extent.
     map: Box<[RwLock<Option<Mapping>>]>,
     alloc: Allocator,
+    /// The SSD write log's places.
+    log: log::WriteLog,
+    /// Writes to HDD extents may land in the write log.
+    log_enabled: AtomicBool,
+    /// Promotions may keep their HDD slot as a shadow.
+    shadows_enabled: AtomicBool,
     /// Data written to a tier since its last sync.
     dirty: [AtomicBool; 2],
     /// Metadata changed since the last store flush.
@@ -167,6 +191,41 @@ impl Volume {
             .get(self.clock.now(), std::time::Duration::from_secs(1))
     }
 
+    /// Turn the SSD write log on or off for new writes (what it holds stays
+    /// until written back).
+    pub fn set_write_log(&self, on: bool) {
+        self.log_enabled
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Turn shadows on or off for new promotions.
+    pub fn set_shadows(&self, on: bool) {
+        self.shadows_enabled
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// HDD extents with blocks in the write log, with how many, in HDD slot
+    /// order (the write-back's elevator order).
+    pub fn logged_extents(&self) -> Vec<(u64, u32)> {
+        let mut v: Vec<(u32, u64, u32)> = self
+            .map
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| {
+                let g = e.read();
+                let m = g.as_ref()?;
+                (!m.logged.is_empty()).then_some((m.loc.slot, i as u64, m.logged.len() as u32))
+            })
+            .collect();
+        v.sort_unstable();
+        v.into_iter().map(|(_, e, n)| (e, n)).collect()
+    }
+
+    /// How full the write log is.
+    pub fn log_usage(&self) -> LogUsage {
+        self.log.usage()
+    }
+
     /// Free slots on a tier (not counting slots awaiting a flush).
     pub fn free_slots(&self, tier: Tier) -> u32 {
         self.alloc.free_count(tier)
@@ -184,12 +243,29 @@ impl Volume {
     /// Counts of mapped and free slots.
     pub fn usage(&self) -> Usage {
         let mut mapped = [0u64; 2];
+        let blocks = self.geo.blocks_per_extent();
+        let (mut logged, mut shadows, mut clean, mut stale) = (0u64, 0u64, 0u64, 0u64);
         for e in self.map.iter() {
             if let Some(m) = e.read().as_ref() {
                 mapped[m.loc.tier.index()] += 1;
+                logged += m.logged.len() as u64;
+                if let Some(s) = &m.shadow {
+                    shadows += 1;
+                    let written = m.written.count(blocks);
+                    let st = (0..blocks)
+                        .filter(|b| m.written.get(*b) && s.stale.get(*b))
+                        .count() as u64;
+                    stale += st;
+                    clean += u64::from(written) - st;
+                }
             }
         }
         Usage {
+            log: self.log.usage(),
+            logged_blocks: logged,
+            shadows,
+            shadow_clean_blocks: clean,
+            shadow_stale_blocks: stale,
             capacity: self.size(),
             mapped,
             free: [

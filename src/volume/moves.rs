@@ -34,7 +34,7 @@ use std::sync::atomic::Ordering;
 use serde::{Deserialize, Serialize};
 
 use super::error::io_err;
-use super::extent::{Loc, Written};
+use super::extent::{Loc, LogPos, Mapping, Shadow, Written};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::stats::Stats;
 use super::{Volume, VolumeError, VolumeResult};
@@ -90,15 +90,78 @@ pub enum MoveOutcome {
     Stopped(MoveStep),
 }
 
+/// What a move does to an extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Goal {
+    /// Bring it to the SSD: its blocks from wherever their newest data is
+    /// (the HDD or the write log) into a new SSD slot; the HDD slot stays as
+    /// a clean shadow while the HDD has room to spare.
+    Ssd,
+    /// Take it to the HDD: into its shadow, writing only the stale blocks,
+    /// or into a new HDD slot.
+    Hdd,
+    /// Write its logged blocks back from the SSD write log into its HDD
+    /// slot, in block order, and free their log places.
+    WriteBack,
+}
+
+impl Goal {
+    /// The goal that puts an extent on `tier`.
+    pub fn of(tier: Tier) -> Goal {
+        match tier {
+            Tier::Ssd => Goal::Ssd,
+            Tier::Hdd => Goal::Hdd,
+        }
+    }
+
+    /// The tier the extent is on afterwards.
+    pub fn tier(self) -> Tier {
+        match self {
+            Goal::Ssd => Tier::Ssd,
+            Goal::Hdd | Goal::WriteBack => Tier::Hdd,
+        }
+    }
+}
+
+/// One device-to-device copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CopyRun {
+    from: Tier,
+    src: u64,
+    to: Tier,
+    dst: u64,
+    len: u64,
+}
+
+/// Something a move gives up once its new mapping is durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    Slot(Loc),
+    Log(LogPos),
+}
+
 /// One extent of a migration in progress.
 struct Item {
     extent: u64,
     reason: Reason,
-    src: Loc,
-    dst: Loc,
-    written: Written,
-    /// Its generation when the copy began.
+    /// The mapping when the move began.
+    before: Mapping,
+    /// Its generation then.
     gen: u32,
+    /// The new slot taken for it, if it needs one.
+    fresh: Option<Loc>,
+    /// What to copy.
+    runs: Vec<CopyRun>,
+    /// The mapping to install.
+    after: Mapping,
+    /// What to give up after the flush.
+    release: Vec<Release>,
+    /// Blocks its shadow saved from being written.
+    saved: u64,
+    /// The copy writes into the extent's own live slot (write-back): it
+    /// runs under the extent's read lock, so no foreground change of the
+    /// mapping (which could write those places) overlaps it.
+    in_place: bool,
 }
 
 /// Step 1 done: destination slots taken, sources in slot order.
@@ -182,15 +245,16 @@ impl Flushed {
 }
 
 impl Volume {
-    /// Step 1: snapshot each extent and take a destination slot on `to` for
-    /// it. Extents with nothing to do, or no room, are answered at once.
+    /// Step 1: snapshot each extent and take a new slot for those that
+    /// need one. Extents with nothing to do, or no room, are answered at
+    /// once.
     pub(crate) fn reserve_moves(
         &self,
         extents: &[(u64, Reason)],
-        to: Tier,
+        goal: Goal,
     ) -> VolumeResult<(Reserved, Vec<(u64, MoveOutcome)>)> {
         let mut out = Vec::with_capacity(extents.len());
-        let mut items: Vec<Item> = Vec::with_capacity(extents.len());
+        let mut items: Vec<(Item, Option<Tier>)> = Vec::with_capacity(extents.len());
         for &(extent, reason) in extents {
             let (Some(lock), Some(gen)) = (
                 self.map.get(extent as usize),
@@ -203,37 +267,168 @@ impl Volume {
                 });
             };
             let guard = lock.read();
-            match guard.as_ref() {
-                None => out.push((extent, MoveOutcome::Skipped)),
-                Some(m) if m.loc.tier == to => out.push((extent, MoveOutcome::Skipped)),
-                Some(m) => items.push(Item {
+            let Some(m) = guard.as_ref() else {
+                out.push((extent, MoveOutcome::Skipped));
+                continue;
+            };
+            let need = match (goal, m.loc.tier) {
+                (Goal::Ssd, Tier::Hdd) => Some(Tier::Ssd),
+                (Goal::Hdd, Tier::Ssd) if m.shadow.is_none() => Some(Tier::Hdd),
+                (Goal::Hdd, Tier::Ssd) => None,
+                (Goal::WriteBack, Tier::Hdd) if !m.logged.is_empty() => None,
+                _ => {
+                    out.push((extent, MoveOutcome::Skipped));
+                    continue;
+                }
+            };
+            items.push((
+                Item {
                     extent,
                     reason,
-                    src: m.loc,
-                    dst: m.loc,
-                    written: m.written.clone(),
+                    before: m.clone(),
                     gen: gen.load(Ordering::Acquire),
-                }),
-            }
+                    fresh: None,
+                    runs: Vec::new(),
+                    after: m.clone(),
+                    release: Vec::new(),
+                    saved: 0,
+                    in_place: goal == Goal::WriteBack,
+                },
+                need,
+            ));
         }
-        items.sort_by_key(|i| (i.src.slot, i.extent));
-        let mut dsts = Vec::with_capacity(items.len());
-        while dsts.len() < items.len() {
-            match self.alloc.alloc(&[to]) {
+        items.sort_by_key(|(i, _)| (i.before.loc.slot, i.extent));
+        // New slots, ascending for ascending sources: both devices stream.
+        let wanted = items.iter().filter(|(_, n)| n.is_some()).count();
+        let mut dsts = Vec::with_capacity(wanted);
+        while dsts.len() < wanted {
+            match self.alloc.alloc(&[goal.tier()]) {
                 Some(d) => dsts.push(d),
                 None => break,
             }
         }
-        for it in &items[dsts.len()..] {
-            out.push((it.extent, MoveOutcome::NoRoom));
+        dsts.sort_by_key(|d| std::cmp::Reverse(d.slot));
+        // A promoted extent keeps its HDD slot as a shadow while the HDD has
+        // more free slots than the reserve (the room demotions need).
+        let spare = u64::from(self.geo.reserve_extents.max(1));
+        let mut hdd_free = u64::from(self.alloc.free_count(Tier::Hdd));
+        let shadows = self.shadows_enabled.load(Ordering::Relaxed);
+        let mut ready = Vec::with_capacity(items.len());
+        for (mut it, need) in items {
+            if need.is_some() {
+                match dsts.pop() {
+                    Some(d) => it.fresh = Some(d),
+                    None => {
+                        out.push((it.extent, MoveOutcome::NoRoom));
+                        continue;
+                    }
+                }
+            }
+            let keep = goal == Goal::Ssd && shadows && hdd_free > spare;
+            if keep {
+                hdd_free -= 1;
+            }
+            self.shape(&mut it, goal, keep);
+            ready.push(it);
         }
-        items.truncate(dsts.len());
-        // Ascending destinations for ascending sources: both devices stream.
-        dsts.sort_by_key(|d| d.slot);
-        for (it, d) in items.iter_mut().zip(dsts) {
-            it.dst = d;
+        Ok((
+            Reserved {
+                to: goal.tier(),
+                items: ready,
+            },
+            out,
+        ))
+    }
+
+    /// Work out what a move copies, installs and gives up.
+    fn shape(&self, it: &mut Item, goal: Goal, keep_shadow: bool) {
+        let m = it.before.clone();
+        let m = &m;
+        let blocks = self.geo.blocks_per_extent();
+        let mut runs: Vec<CopyRun> = Vec::new();
+        let mut push = |from: Tier, src: u64, to: Tier, dst: u64| {
+            if let Some(r) = runs.last_mut() {
+                if r.from == from
+                    && r.to == to
+                    && r.src + r.len == src
+                    && r.dst + r.len == dst
+                    && r.len + BLOCK_SIZE <= COPY_CHUNK
+                {
+                    r.len += BLOCK_SIZE;
+                    return;
+                }
+            }
+            runs.push(CopyRun {
+                from,
+                src,
+                to,
+                dst,
+                len: BLOCK_SIZE,
+            });
+        };
+        let block_at =
+            |loc: Loc, b: u32| self.geo.slot_offset(loc.slot) + u64::from(b) * BLOCK_SIZE;
+        match goal {
+            Goal::Ssd | Goal::Hdd if it.fresh.is_some() => {
+                let dst = it.fresh.unwrap_or(m.loc);
+                for b in 0..blocks {
+                    if let Some((tier, at)) = self.block_source(m, b) {
+                        push(tier, at, dst.tier, block_at(dst, b));
+                    }
+                }
+                let mut after = Mapping::plain(dst, m.written.clone());
+                if keep_shadow && goal == Goal::Ssd {
+                    let mut stale = Written::empty(blocks);
+                    for l in &m.logged {
+                        stale.set_range(l.block, l.block, true, blocks);
+                    }
+                    after.shadow = Some(Shadow {
+                        slot: m.loc.slot,
+                        stale,
+                    });
+                } else {
+                    it.release.push(Release::Slot(m.loc));
+                }
+                it.release
+                    .extend(m.logged.iter().map(|l| Release::Log(l.at)));
+                it.after = after;
+            }
+            Goal::Hdd => {
+                // Into the shadow: only the stale blocks are written.
+                let Some(s) = &m.shadow else { return };
+                let home = Loc {
+                    tier: Tier::Hdd,
+                    slot: s.slot,
+                };
+                for b in 0..blocks {
+                    if !m.written.get(b) {
+                        continue;
+                    }
+                    if s.stale.get(b) {
+                        push(Tier::Ssd, block_at(m.loc, b), Tier::Hdd, block_at(home, b));
+                    } else {
+                        it.saved += 1;
+                    }
+                }
+                it.after = Mapping::plain(home, m.written.clone());
+                it.release.push(Release::Slot(m.loc));
+            }
+            Goal::Ssd => {}
+            Goal::WriteBack => {
+                for l in &m.logged {
+                    push(
+                        Tier::Ssd,
+                        self.log_offset(l.at),
+                        Tier::Hdd,
+                        block_at(m.loc, l.block),
+                    );
+                }
+                it.after = Mapping::plain(m.loc, m.written.clone());
+                it.release
+                    .extend(m.logged.iter().map(|l| Release::Log(l.at)));
+            }
         }
-        Ok((Reserved { to, items }, out))
+        it.runs = runs;
     }
 
     /// Step 2: copy, without the extents' locks. `pace(bytes)` is called
@@ -275,16 +470,16 @@ impl Volume {
     }
 
     /// Step 4: commit each mapping unless a foreground write changed the
-    /// extent since its snapshot (answered `Raced`, destination given back).
-    /// A store error stops the commits there: the rest give their
-    /// destinations back and the error is reported after step 6.
+    /// extent since its snapshot (answered `Raced`, new slot given back).
+    /// A store error stops the commits there: the rest give their new slots
+    /// back and the error is reported after step 6.
     pub(crate) fn commit_moves(&self, s: Synced) -> (Committed, Vec<(u64, MoveOutcome)>) {
         let mut out = Vec::new();
         let mut committed = Vec::with_capacity(s.items.len());
         let mut failure = None;
         for (it, copied) in s.items.into_iter().zip(s.copied) {
             if failure.is_some() {
-                self.alloc.free_now(it.dst);
+                self.free_fresh(&it);
                 continue;
             }
             let (lock, gen) = (
@@ -293,23 +488,22 @@ impl Volume {
             );
             let mut guard = lock.write();
             match guard.as_mut() {
-                Some(m) if m.loc == it.src && gen.load(Ordering::Acquire) == it.gen => {
-                    m.loc = it.dst;
-                    if let Err(e) = self.store.put_extent(it.extent, &m.encode()) {
-                        m.loc = it.src;
+                Some(m) if *m == it.before && gen.load(Ordering::Acquire) == it.gen => {
+                    if let Err(e) = self.store.put_extent(it.extent, &it.after.encode()) {
                         drop(guard);
-                        self.alloc.free_now(it.dst);
+                        self.free_fresh(&it);
                         Stats::add(&self.stats.migration_errors, 1);
                         failure = Some(VolumeError::from(e));
                         continue;
                     }
+                    *m = it.after.clone();
                     gen.fetch_add(1, Ordering::AcqRel);
                     drop(guard);
                     committed.push((it, copied));
                 }
                 _ => {
                     drop(guard);
-                    self.alloc.free_now(it.dst);
+                    self.free_fresh(&it);
                     Stats::add(&self.stats.migration_aborts, 1);
                     out.push((it.extent, MoveOutcome::Raced));
                 }
@@ -329,12 +523,17 @@ impl Volume {
     }
 
     /// Step 5: make the new mappings durable. On error the new mappings are
-    /// live but not yet durable: the sources are freed only after a later
-    /// flush succeeds.
+    /// live but not yet durable: what they gave up is freed only after a
+    /// later flush succeeds.
     pub(crate) fn flush_moves(&self, c: Committed) -> VolumeResult<Flushed> {
         if let Err(e) = self.flush() {
             for (it, _) in &c.items {
-                self.alloc.free_deferred(it.src);
+                for r in &it.release {
+                    match *r {
+                        Release::Slot(loc) => self.alloc.free_deferred(loc),
+                        Release::Log(at) => self.log.release_deferred(at),
+                    }
+                }
             }
             Stats::add(&self.stats.migration_errors, c.items.len() as u64);
             return Err(e);
@@ -346,20 +545,36 @@ impl Volume {
         })
     }
 
-    /// Step 6: free the sources, count and record the moves. Returns the
-    /// store error step 4 met, if any.
+    /// Step 6: free what the moves gave up, count and record them. Returns
+    /// the store error step 4 met, if any.
     pub(crate) fn release_moves(&self, f: Flushed) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
         let at = self.clock.unix_secs();
         let mut out = Vec::with_capacity(f.items.len());
         let mut moves = self.moves.lock();
         for (it, copied) in &f.items {
-            self.alloc.free_now(it.src);
+            for r in &it.release {
+                match *r {
+                    Release::Slot(loc) => self.alloc.free_now(loc),
+                    Release::Log(at) => self.log.release_now(at, &self.alloc),
+                }
+            }
             self.stats.migrated(f.to, it.reason, *copied);
+            if it.reason == Reason::Writeback {
+                Stats::add(
+                    &self.stats.written_back_blocks,
+                    it.before.logged.len() as u64,
+                );
+            } else if it.before.shadow.is_some() {
+                Stats::add(&self.stats.shadow_saved_blocks, it.saved);
+                if *copied == 0 {
+                    Stats::add(&self.stats.free_demotions, 1);
+                }
+            }
             moves.insert(
                 it.extent,
                 MoveRecord {
                     at,
-                    from: it.src.tier,
+                    from: it.before.loc.tier,
                     to: f.to,
                     reason: it.reason,
                 },
@@ -373,106 +588,97 @@ impl Volume {
         }
     }
 
-    fn free_dsts(&self, items: &[Item]) {
-        for it in items {
-            self.alloc.free_now(it.dst);
+    fn free_fresh(&self, it: &Item) {
+        if let Some(d) = it.fresh {
+            self.alloc.free_now(d);
         }
     }
 
-    /// Copy every item's written blocks to its destination; runs of fully
-    /// written extents in neighbouring slots on both tiers go as one read and
-    /// one write of up to [`MERGE_MAX`] bytes.
+    fn free_dsts(&self, items: &[Item]) {
+        for it in items {
+            self.free_fresh(it);
+        }
+    }
+
+    /// Copy every item's runs; runs that continue each other on both devices
+    /// (neighbouring slots, neighbouring blocks) go as one read and one
+    /// write of up to [`MERGE_MAX`] bytes.
     fn copy_items(
         &self,
         items: &[Item],
         copied: &mut [u64],
         pace: &mut dyn FnMut(u64),
     ) -> VolumeResult<()> {
-        let es = self.geo.extent_size;
-        let mut k = 0;
-        while k < items.len() {
-            let mut n = 1;
-            if matches!(items[k].written, Written::Full) {
-                while k + n < items.len()
-                    && (n as u64 + 1) * es <= MERGE_MAX
-                    && matches!(items[k + n].written, Written::Full)
-                    && items[k + n].src.slot == items[k].src.slot + n as u32
-                    && items[k + n].dst.slot == items[k].dst.slot + n as u32
-                {
-                    n += 1;
+        let mut cur: Option<CopyRun> = None;
+        let mut buf = Vec::new();
+        let mut go = |r: CopyRun, buf: &mut Vec<u8>| -> VolumeResult<()> {
+            pace(r.len);
+            buf.resize(r.len as usize, 0);
+            self.copy_piece(r, buf)
+        };
+        for (k, it) in items.iter().enumerate() {
+            let _held = if it.in_place {
+                if let Some(c) = cur.take() {
+                    go(c, &mut buf)?;
                 }
-            }
-            if n == 1 {
-                copied[k] = self.copy_slot(items[k].src, items[k].dst, &items[k].written, pace)?;
+                let guard = self.map[it.extent as usize].read();
+                if guard.as_ref() != Some(&it.before) {
+                    // Changed since the snapshot: its commit will see it.
+                    continue;
+                }
+                Some(guard)
             } else {
-                let len = n as u64 * es;
-                pace(len);
-                self.copy_range(items[k].src, items[k].dst, len)?;
-                for c in &mut copied[k..k + n] {
-                    *c = es;
+                None
+            };
+            for r in &it.runs {
+                copied[k] += r.len;
+                match cur.as_mut() {
+                    Some(c)
+                        if c.from == r.from
+                            && c.to == r.to
+                            && c.src + c.len == r.src
+                            && c.dst + c.len == r.dst
+                            && c.len + r.len <= MERGE_MAX =>
+                    {
+                        c.len += r.len;
+                    }
+                    _ => {
+                        if let Some(c) = cur.replace(*r) {
+                            go(c, &mut buf)?;
+                        }
+                    }
                 }
             }
-            k += n;
+            if it.in_place {
+                if let Some(c) = cur.take() {
+                    go(c, &mut buf)?;
+                }
+            }
+        }
+        if let Some(c) = cur {
+            go(c, &mut buf)?;
         }
         Ok(())
     }
 
-    /// Copy `len` bytes from slot `src` on to slot `dst` on, in one read and
-    /// one write.
-    fn copy_range(&self, src: Loc, dst: Loc, len: u64) -> VolumeResult<()> {
-        let mut buf = vec![0u8; len as usize];
-        self.copy_piece(src, dst, 0, &mut buf)?;
-        self.dirty[dst.tier.index()].store(true, Ordering::Release);
-        Ok(())
-    }
-
-    /// Copy the written blocks of slot `src` to slot `dst`.
-    fn copy_slot(
-        &self,
-        src: Loc,
-        dst: Loc,
-        written: &Written,
-        pace: &mut dyn FnMut(u64),
-    ) -> VolumeResult<u64> {
-        let mut buf = vec![0u8; COPY_CHUNK as usize];
-        let mut copied = 0;
-        let blocks = self.geo.blocks_per_extent();
-        for (b, n, is_written) in written.runs(0, blocks - 1) {
-            if !is_written {
-                continue;
-            }
-            let (mut pos, end) = (u64::from(b) * BLOCK_SIZE, u64::from(b + n) * BLOCK_SIZE);
-            while pos < end {
-                let len = (end - pos).min(COPY_CHUNK);
-                pace(len);
-                self.copy_piece(src, dst, pos, &mut buf[..len as usize])?;
-                pos += len;
-                copied += len;
-            }
-        }
-        self.dirty[dst.tier.index()].store(true, Ordering::Release);
-        Ok(copied)
-    }
-
-    /// One device-to-device copy of `buf.len()` bytes at `at` into slot
-    /// `src` and slot `dst`, through `buf`, counted.
-    fn copy_piece(&self, src: Loc, dst: Loc, at: u64, buf: &mut [u8]) -> VolumeResult<()> {
-        let (sdev, ddev) = (self.devices.get(src.tier), self.devices.get(dst.tier));
-        sdev.read_at(buf, self.geo.slot_offset(src.slot) + at)
-            .map_err(|e| {
-                Stats::add(&self.stats.dev_errors[src.tier.index()], 1);
-                io_err(sdev.as_ref())(e)
-            })?;
-        ddev.write_at(buf, self.geo.slot_offset(dst.slot) + at)
-            .map_err(|e| {
-                Stats::add(&self.stats.dev_errors[dst.tier.index()], 1);
-                io_err(ddev.as_ref())(e)
-            })?;
+    /// One device-to-device copy through `buf` (of the run's length),
+    /// counted.
+    fn copy_piece(&self, r: CopyRun, buf: &mut [u8]) -> VolumeResult<()> {
+        let (sdev, ddev) = (self.devices.get(r.from), self.devices.get(r.to));
+        sdev.read_at(buf, r.src).map_err(|e| {
+            Stats::add(&self.stats.dev_errors[r.from.index()], 1);
+            io_err(sdev.as_ref())(e)
+        })?;
+        ddev.write_at(buf, r.dst).map_err(|e| {
+            Stats::add(&self.stats.dev_errors[r.to.index()], 1);
+            io_err(ddev.as_ref())(e)
+        })?;
+        self.dirty[r.to.index()].store(true, Ordering::Release);
         let len = buf.len() as u64;
-        Stats::add(&self.stats.dev_reads[src.tier.index()], 1);
-        Stats::add(&self.stats.dev_read_bytes[src.tier.index()], len);
-        Stats::add(&self.stats.dev_writes[dst.tier.index()], 1);
-        Stats::add(&self.stats.dev_write_bytes[dst.tier.index()], len);
+        Stats::add(&self.stats.dev_reads[r.from.index()], 1);
+        Stats::add(&self.stats.dev_read_bytes[r.from.index()], len);
+        Stats::add(&self.stats.dev_writes[r.to.index()], 1);
+        Stats::add(&self.stats.dev_write_bytes[r.to.index()], len);
         Ok(())
     }
 }

@@ -14,11 +14,13 @@ use super::alloc::Allocator;
 use super::error::io_err;
 use super::extent::Mapping;
 use super::geometry::{Geometry, Tier, BLOCK_SIZE, DATA_OFFSET, DEFAULT_EXTENT_SIZE};
+use super::log::WriteLog;
 use super::pins::Pin;
 use super::stats::Stats;
 use super::superblock::{detect_content, Superblock, FORMAT_VERSION, PROBE_SIZE};
 use super::{
-    io, Devices, Volume, VolumeError, VolumeResult, GEOMETRY_KEY, HEAT_KEY, PINS_KEY, VOLUME_ID_KEY,
+    io, Devices, Volume, VolumeError, VolumeResult, CLEAN_KEY, GEOMETRY_KEY, HEAT_KEY, PINS_KEY,
+    VOLUME_ID_KEY,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::heat::{HeatConfig, HeatMap};
@@ -31,6 +33,10 @@ pub struct VolumeOptions {
     pub heat: HeatConfig,
     /// The clock heat and migration run on.
     pub clock: Arc<dyn Clock>,
+    /// Writes to HDD extents land in the SSD write log.
+    pub write_log: bool,
+    /// Promotions keep the HDD slot as a clean shadow.
+    pub shadows: bool,
 }
 
 impl Default for VolumeOptions {
@@ -38,6 +44,8 @@ impl Default for VolumeOptions {
         VolumeOptions {
             heat: HeatConfig::default(),
             clock: Arc::new(SystemClock::default()),
+            write_log: true,
+            shadows: true,
         }
     }
 }
@@ -62,6 +70,12 @@ impl Default for FormatOptions {
         }
     }
 }
+
+/// The metadata store's format version. Version 1 (releases before the
+/// write log and shadows) is read and upgraded in place at open: its
+/// records are valid version-2 records, and from then on older releases
+/// refuse the store instead of misreading a record they do not know.
+pub const STORE_FORMAT_VERSION: u32 = 2;
 
 fn now_secs() -> u64 {
     SystemTime::now()
@@ -122,7 +136,10 @@ impl Volume {
         let geo_json = serde_json::to_vec(&geo).map_err(|e| VolumeError::Corrupt(e.to_string()))?;
         store.put(GEOMETRY_KEY, &geo_json)?;
         store.put(VOLUME_ID_KEY, id.to_string().as_bytes())?;
-        store.put(FORMAT_VERSION_KEY, FORMAT_VERSION.to_string().as_bytes())?;
+        store.put(
+            FORMAT_VERSION_KEY,
+            STORE_FORMAT_VERSION.to_string().as_bytes(),
+        )?;
         store.flush()?;
         Ok(geo)
     }
@@ -142,7 +159,8 @@ impl Volume {
         let version = store
             .get(FORMAT_VERSION_KEY)?
             .ok_or_else(|| VolumeError::NotFormatted("the metadata store".into()))?;
-        if version != FORMAT_VERSION.to_string().as_bytes() {
+        let upgrade = version == b"1";
+        if !upgrade && version != STORE_FORMAT_VERSION.to_string().as_bytes() {
             return Err(VolumeError::UnknownStoreVersion {
                 found: String::from_utf8_lossy(&version).into(),
             });
@@ -222,33 +240,78 @@ impl Volume {
             vec![false; geo.ssd_slots as usize],
             vec![false; geo.hdd_slots as usize],
         ];
+        let mut log_in_use = Vec::new();
         for (index, record) in store.load_extents()? {
             let m = Mapping::decode(&record, blocks)
                 .map_err(|e| VolumeError::Corrupt(format!("extent {index}: {e}")))?;
             let entry = map.get_mut(index as usize).ok_or_else(|| {
                 VolumeError::Corrupt(format!("extent {index} is beyond the volume"))
             })?;
-            let owned = owner[m.loc.tier.index()]
-                .get_mut(m.loc.slot as usize)
-                .ok_or_else(|| {
-                    VolumeError::Corrupt(format!(
-                        "extent {index}: slot {} out of range",
-                        m.loc.slot
-                    ))
-                })?;
-            if *owned {
-                return Err(VolumeError::Corrupt(format!(
-                    "{} slot {} is owned twice",
-                    m.loc.tier, m.loc.slot
-                )));
+            for loc in m.slots() {
+                claim(&mut owner, loc, index)?;
             }
-            *owned = true;
+            log_in_use.extend(m.logged.iter().map(|l| l.at));
             *entry.get_mut() = Some(m);
         }
-        let alloc = Allocator::new(
-            [geo.ssd_slots, geo.hdd_slots],
-            map.iter().filter_map(|e| e.read().as_ref().map(|m| m.loc)),
-        );
+        // Log segments are SSD slots no extent owns; no place is used twice.
+        let mut places = std::collections::HashSet::new();
+        let mut segments = std::collections::HashSet::new();
+        for p in &log_in_use {
+            if !places.insert(*p) {
+                return Err(VolumeError::Corrupt(format!(
+                    "log place {}:{} is used twice",
+                    p.slot, p.index
+                )));
+            }
+            if segments.insert(p.slot) {
+                claim(
+                    &mut owner,
+                    super::extent::Loc {
+                        tier: Tier::Ssd,
+                        slot: p.slot,
+                    },
+                    u64::MAX,
+                )?;
+            }
+        }
+        let clean = store.get(CLEAN_KEY)?.as_deref() == Some(b"1".as_slice());
+        if !clean {
+            // After a crash a shadow may miss the stale mark of a write that
+            // reached the SSD: its copy is no longer trusted.
+            for (index, e) in map.iter_mut().enumerate() {
+                if let Some(m) = e.get_mut() {
+                    if let Some(s) = m.shadow.take() {
+                        owner[Tier::Hdd.index()][s.slot as usize] = false;
+                        store.put_extent(index as u64, &m.encode())?;
+                    }
+                }
+            }
+        }
+        // From here until a clean close, a crash is an unclean shutdown.
+        store.put(CLEAN_KEY, b"0")?;
+        if upgrade {
+            store.put(
+                FORMAT_VERSION_KEY,
+                STORE_FORMAT_VERSION.to_string().as_bytes(),
+            )?;
+        }
+        store.flush()?;
+        let log = WriteLog::new(geo.reserve_extents, blocks, log_in_use.into_iter());
+        let used: Vec<super::extent::Loc> = owner
+            .iter()
+            .enumerate()
+            .flat_map(|(t, o)| {
+                let tier = if t == 0 { Tier::Ssd } else { Tier::Hdd };
+                o.iter()
+                    .enumerate()
+                    .filter(|(_, u)| **u)
+                    .map(move |(slot, _)| super::extent::Loc {
+                        tier,
+                        slot: slot as u32,
+                    })
+            })
+            .collect();
+        let alloc = Allocator::new([geo.ssd_slots, geo.hdd_slots], used.into_iter());
         let pins: Vec<Pin> = match store.get(PINS_KEY)? {
             Some(raw) => serde_json::from_slice(&raw)
                 .map_err(|e| VolumeError::Corrupt(format!("pins: {e}")))?,
@@ -271,6 +334,9 @@ impl Volume {
             store,
             map: map.into_boxed_slice(),
             alloc,
+            log,
+            log_enabled: AtomicBool::new(opts.write_log),
+            shadows_enabled: AtomicBool::new(opts.shadows),
             // A previous process may have left writes in the OS cache that
             // were never synced: the first flush syncs everything.
             dirty: [AtomicBool::new(true), AtomicBool::new(true)],
@@ -286,4 +352,25 @@ impl Volume {
             stats: Stats::default(),
         })
     }
+}
+
+/// Mark `loc` owned (by extent `index`, or the log for `u64::MAX`), refusing
+/// a slot out of range or owned twice.
+fn claim(owner: &mut [Vec<bool>; 2], loc: super::extent::Loc, index: u64) -> VolumeResult<()> {
+    let who = if index == u64::MAX {
+        "the write log".to_string()
+    } else {
+        format!("extent {index}")
+    };
+    let owned = owner[loc.tier.index()]
+        .get_mut(loc.slot as usize)
+        .ok_or_else(|| VolumeError::Corrupt(format!("{who}: slot {} out of range", loc.slot)))?;
+    if *owned {
+        return Err(VolumeError::Corrupt(format!(
+            "{} slot {} is owned twice",
+            loc.tier, loc.slot
+        )));
+    }
+    *owned = true;
+    Ok(())
 }

@@ -29,13 +29,27 @@ pub struct Stats {
     /// New extents that went to the HDD because the SSD was full.
     pub spills: AtomicU64,
     /// Completed migrations per destination tier and reason.
-    pub migrations: [[AtomicU64; 6]; 2],
+    pub migrations: [[AtomicU64; REASONS.len()]; 2],
     /// Bytes copied by migrations per destination tier.
     pub migrated_bytes: [AtomicU64; 2],
     /// Migrations abandoned because the extent changed during the copy.
     pub migration_aborts: AtomicU64,
     /// Migrations that failed on an error.
     pub migration_errors: AtomicU64,
+    /// Writes to HDD extents that landed in the SSD write log.
+    pub log_writes: AtomicU64,
+    /// Bytes of those writes.
+    pub log_write_bytes: AtomicU64,
+    /// Writes to HDD extents that went to the HDD because the log was full.
+    pub log_full: AtomicU64,
+    /// Blocks written back from the log to their HDD extents.
+    pub written_back_blocks: AtomicU64,
+    /// Demotions that wrote nothing: the extent's shadow was clean.
+    pub free_demotions: AtomicU64,
+    /// Blocks a demotion did not have to write thanks to its shadow.
+    pub shadow_saved_blocks: AtomicU64,
+    /// Shadows dropped because the HDD needed their slots.
+    pub shadows_dropped: AtomicU64,
 }
 
 impl Stats {

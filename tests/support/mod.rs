@@ -60,6 +60,7 @@ impl Bed {
         let opts = VolumeOptions {
             heat: self.heat,
             clock: self.clock.clone(),
+            ..Default::default()
         };
         let store: Arc<dyn MetaStore> = self.store.clone();
         Arc::new(Volume::open_with(self.devices(), store, opts).expect("open"))
@@ -105,10 +106,11 @@ pub fn heat_up(vol: &Volume, extent: u64, times: usize) {
     }
 }
 
-/// Every slot is mapped once, free, or quarantined: nothing leaked or doubled.
+/// Every slot is mapped once (as an extent's slot, a shadow or a write-log
+/// segment), free, or quarantined: nothing leaked or doubled.
 pub fn assert_accounting(vol: &Volume, total_slots: u64) {
     let u = vol.usage();
-    let mapped = u.mapped[0] + u.mapped[1];
+    let mapped = u.mapped[0] + u.mapped[1] + u.shadows + u64::from(u.log.segments);
     assert_eq!(
         mapped + u64::from(u.free[0] + u.free[1] + u.quarantined),
         total_slots,
