@@ -252,6 +252,56 @@ pub struct Status {
     pub inflight: u64,
     /// Migration.
     pub migration: MigrationStatus,
+    /// The SSD write log (writes to HDD extents) and its write-back.
+    #[serde(default)]
+    pub write_log: WriteLogStatus,
+    /// Clean HDD copies kept by SSD extents.
+    #[serde(default)]
+    pub shadows: ShadowStatus,
+}
+
+/// The SSD write log: where writes to HDD extents land.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WriteLogStatus {
+    /// New writes may land in it.
+    pub enabled: bool,
+    /// SSD slots lent to it.
+    pub segments: u64,
+    /// Most it may take (the reserve).
+    pub max_segments: u64,
+    /// Bytes of those slots.
+    pub bytes: u64,
+    /// Bytes it may take.
+    pub max_bytes: u64,
+    /// Bytes of blocks whose newest data is in it: the write-back backlog.
+    pub dirty_bytes: u64,
+    /// Writes that landed in it since start.
+    pub written: u64,
+    /// Their bytes.
+    pub written_bytes: u64,
+    /// Writes to HDD extents that found it full and went to the HDD.
+    pub full: u64,
+    /// Bytes written back to the HDD since start.
+    pub written_back_bytes: u64,
+    /// Recent write-back rate, bytes/s.
+    pub write_back_rate: f64,
+}
+
+/// Clean HDD copies (shadows) that SSD extents keep after a promotion.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShadowStatus {
+    /// SSD extents with a shadow.
+    pub extents: u64,
+    /// Bytes of shadows still current (demoting them writes nothing).
+    pub clean_bytes: u64,
+    /// Bytes written on the SSD since (demotion writes only these).
+    pub stale_bytes: u64,
+    /// Demotions that wrote nothing, since start.
+    pub free_demotions: u64,
+    /// Bytes demotions did not write thanks to shadows.
+    pub saved_bytes: u64,
+    /// Shadows dropped because the HDD needed their slots.
+    pub dropped: u64,
 }
 
 /// Where a run of extents lives.

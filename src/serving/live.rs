@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::control::{MigrationStatus, ReasonCount, ReserveStatus, Status, TierStatus};
+use crate::control::{
+    MigrationStatus, ReasonCount, ReserveStatus, ShadowStatus, Status, TierStatus, WriteLogStatus,
+};
 use crate::heat::HeatMap;
 use crate::migrate::worker::MigratorHandle;
 use crate::migrate::Migrator;
-use crate::volume::{Stats, Tier, Volume};
+use crate::volume::{Stats, Tier, Volume, BLOCK_SIZE};
 
 /// Every migration reason, in the order status reports them.
 pub use crate::units::REASONS;
@@ -129,7 +131,7 @@ pub struct Live {
     pub probe: ConnectionProbe,
     started: Instant,
     /// (when, migrated bytes to ssd, to hdd), newest last.
-    samples: Mutex<VecDeque<(Instant, [u64; 2])>>,
+    samples: Mutex<VecDeque<(Instant, [u64; 3])>>,
 }
 
 impl Live {
@@ -170,6 +172,7 @@ impl Live {
         let now = [
             Stats::get(&s.migrated_bytes[0]),
             Stats::get(&s.migrated_bytes[1]),
+            Stats::get(&s.written_back_blocks) * BLOCK_SIZE,
         ];
         let mut q = self.samples.lock();
         q.push_back((Instant::now(), now));
@@ -190,6 +193,18 @@ impl Live {
                 )
             }
             _ => (0.0, 0.0),
+        }
+    }
+
+    /// Recent write-back rate (log to HDD) in bytes/s.
+    pub fn write_back_rate(&self) -> f64 {
+        let q = self.samples.lock();
+        match (q.front(), q.back()) {
+            (Some(a), Some(b)) if b.0 > a.0 => {
+                let dt = b.0.duration_since(a.0).as_secs_f64();
+                b.1[2].saturating_sub(a.1[2]) as f64 / dt
+            }
+            _ => 0.0,
         }
     }
 
@@ -253,7 +268,31 @@ impl Live {
             errors: Stats::get(&s.migration_errors),
             config: self.migrator.config(),
         };
+        let blk = BLOCK_SIZE;
+        let write_log = WriteLogStatus {
+            enabled: vol.write_log_enabled(),
+            segments: u64::from(usage.log.segments),
+            max_segments: u64::from(usage.log.cap),
+            bytes: u64::from(usage.log.segments) * es,
+            max_bytes: u64::from(usage.log.cap) * es,
+            dirty_bytes: usage.logged_blocks * blk,
+            written: Stats::get(&s.log_writes),
+            written_bytes: Stats::get(&s.log_write_bytes),
+            full: Stats::get(&s.log_full),
+            written_back_bytes: Stats::get(&s.written_back_blocks) * blk,
+            write_back_rate: self.write_back_rate(),
+        };
+        let shadows = ShadowStatus {
+            extents: usage.shadows,
+            clean_bytes: usage.shadow_clean_blocks * blk,
+            stale_bytes: usage.shadow_stale_blocks * blk,
+            free_demotions: Stats::get(&s.free_demotions),
+            saved_bytes: Stats::get(&s.shadow_saved_blocks) * blk,
+            dropped: Stats::get(&s.shadows_dropped),
+        };
         Status {
+            write_log,
+            shadows,
             version: env!("CARGO_PKG_VERSION").to_string(),
             volume_id: vol.id().to_string(),
             uptime_secs: self.uptime().as_secs(),

@@ -139,6 +139,42 @@ fn describe() {
         "SSD reserve fixed when the volume was formatted"
     );
     describe_gauge!("tierd_pins", "Pin entries in force");
+    describe_gauge!(
+        "tierd_write_log_bytes",
+        "SSD bytes lent to the write log (writes to HDD extents land there)"
+    );
+    describe_gauge!(
+        "tierd_write_log_capacity_bytes",
+        "Most SSD bytes the write log may take (the reserve)"
+    );
+    describe_gauge!(
+        "tierd_write_log_dirty_bytes",
+        "Bytes whose newest data is in the write log: the write-back backlog"
+    );
+    describe_counter!(
+        "tierd_write_log_writes_total",
+        "Writes to HDD extents that landed in the SSD write log"
+    );
+    describe_counter!(
+        "tierd_write_log_full_total",
+        "Writes to HDD extents that went to the HDD because the write log was full"
+    );
+    describe_counter!(
+        "tierd_written_back_bytes_total",
+        "Bytes written back from the write log to the HDD"
+    );
+    describe_gauge!(
+        "tierd_shadow_bytes",
+        "HDD copies kept by SSD extents: clean (demotion is free) or stale (written back on demotion)"
+    );
+    describe_counter!(
+        "tierd_free_demotions_total",
+        "Demotions that wrote no data: the extent's HDD shadow was clean"
+    );
+    describe_counter!(
+        "tierd_shadows_dropped_total",
+        "Shadows dropped because the HDD needed their slots"
+    );
     describe_gauge!("tierd_up", "1 while the daemon serves");
 }
 
@@ -209,9 +245,24 @@ pub fn collect(live: &Live) {
     gauge!("tierd_reserve_target_bytes").set((live.migrator.reserve_extents() * es) as f64);
     gauge!("tierd_reserve_format_bytes").set((u64::from(geo.reserve_extents) * es) as f64);
     gauge!("tierd_pins").set(vol.pins().len() as f64);
+    let blk = tierd_block();
+    gauge!("tierd_write_log_bytes").set((u64::from(usage.log.segments) * es) as f64);
+    gauge!("tierd_write_log_capacity_bytes").set((u64::from(usage.log.cap) * es) as f64);
+    gauge!("tierd_write_log_dirty_bytes").set((usage.logged_blocks * blk) as f64);
+    counter!("tierd_write_log_writes_total").absolute(Stats::get(&s.log_writes));
+    counter!("tierd_write_log_full_total").absolute(Stats::get(&s.log_full));
+    counter!("tierd_written_back_bytes_total").absolute(Stats::get(&s.written_back_blocks) * blk);
+    gauge!("tierd_shadow_bytes", "state" => "clean").set((usage.shadow_clean_blocks * blk) as f64);
+    gauge!("tierd_shadow_bytes", "state" => "stale").set((usage.shadow_stale_blocks * blk) as f64);
+    counter!("tierd_free_demotions_total").absolute(Stats::get(&s.free_demotions));
+    counter!("tierd_shadows_dropped_total").absolute(Stats::get(&s.shadows_dropped));
     gauge!("tierd_nbd_connections").set(live.probe.count() as f64);
     gauge!("tierd_inflight_requests").set(vol.inflight() as f64);
     gauge!("tierd_up").set(1.0);
+}
+
+fn tierd_block() -> u64 {
+    crate::volume::BLOCK_SIZE
 }
 
 /// Collect and render the exposition text.

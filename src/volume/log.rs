@@ -117,6 +117,12 @@ impl WriteLog {
             || (inner.cap > inner.used.len() as u32 && alloc.free_count(Tier::Ssd) > 0)
     }
 
+    /// Whether the log may take another segment (it is below its cap).
+    pub(crate) fn may_grow(&self) -> bool {
+        let inner = self.inner.lock();
+        inner.cap > inner.used.len() as u32
+    }
+
     /// Give back a place nothing durable refers to: free at once, and its
     /// segment back to `alloc` when it was the last one in use.
     pub(crate) fn release_now(&self, p: LogPos, alloc: &Allocator) {

@@ -16,8 +16,10 @@ mod moves;
 mod open;
 mod pins;
 mod placement;
+mod space;
 mod stats;
 mod superblock;
+mod write;
 
 pub use error::{VolumeError, VolumeResult};
 pub use io::AllocRun;
@@ -67,7 +69,7 @@ pub struct Devices {
 }
 
 impl Devices {
-    fn get(&self, tier: Tier) -> &Arc<dyn BlockDevice> {
+    pub(crate) fn get(&self, tier: Tier) -> &Arc<dyn BlockDevice> {
         match tier {
             Tier::Ssd => &self.ssd,
             Tier::Hdd => &self.hdd,
@@ -116,6 +118,9 @@ pub struct Volume {
     log_enabled: AtomicBool,
     /// Promotions may keep their HDD slot as a shadow.
     shadows_enabled: AtomicBool,
+    /// Some SSD extent may have a clean shadow (cleared when a search found
+    /// none, set when a shadow is made): spares writes a fruitless search.
+    clean_shadows: AtomicBool,
     /// Data written to a tier since its last sync.
     dirty: [AtomicBool; 2],
     /// Metadata changed since the last store flush.
@@ -126,6 +131,12 @@ pub struct Volume {
     /// for writes under the shared lock, after it too), so a migration can
     /// tell whether its copy is still current.
     gens: Box<[AtomicU32]>,
+    /// Per extent: promotions in progress that watch its writes (see
+    /// `moves`: a write during the copy is re-copied at the commit instead
+    /// of failing it).
+    watched: Box<[AtomicU32]>,
+    /// Blocks written since a watch began, per watched extent.
+    touched: Mutex<HashMap<u64, Written>>,
     /// Heat of every extent: recorded by the I/O paths, shared with
     /// whoever reads it (the migrator, control, metrics).
     heat: Arc<HeatMap>,
@@ -196,6 +207,52 @@ impl Volume {
     pub fn set_write_log(&self, on: bool) {
         self.log_enabled
             .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Record that blocks `first..=last` of `extent` were written (called
+    /// with the extent's lock held, after the data write): a promotion
+    /// watching the extent re-copies them at its commit.
+    pub(crate) fn touch(&self, extent: u64, first: u32, last: u32) {
+        let watched = self
+            .watched
+            .get(extent as usize)
+            .is_some_and(|w| w.load(std::sync::atomic::Ordering::SeqCst) > 0);
+        if watched {
+            let blocks = self.geo.blocks_per_extent();
+            let mut t = self.touched.lock();
+            if let Some(w) = t.get_mut(&extent) {
+                w.set_range(first, last, true, blocks);
+            }
+        }
+    }
+
+    /// Start watching `extent`'s writes (before its snapshot is taken).
+    pub(crate) fn watch(&self, extent: u64) {
+        let blocks = self.geo.blocks_per_extent();
+        self.touched
+            .lock()
+            .entry(extent)
+            .or_insert_with(|| Written::empty(blocks));
+        if let Some(w) = self.watched.get(extent as usize) {
+            w.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Stop one watch of `extent`; the blocks written since it began.
+    pub(crate) fn unwatch(&self, extent: u64) -> Option<Written> {
+        let mut t = self.touched.lock();
+        let got = t.get(&extent).cloned();
+        if let Some(w) = self.watched.get(extent as usize) {
+            if w.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                t.remove(&extent);
+            }
+        }
+        got
+    }
+
+    /// Whether new writes to HDD extents may land in the write log.
+    pub fn write_log_enabled(&self) -> bool {
+        self.log_enabled.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Turn shadows on or off for new promotions.

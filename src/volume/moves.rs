@@ -42,6 +42,9 @@ use crate::units::Reason;
 
 /// Bytes copied per device I/O during a migration.
 const COPY_CHUNK: u64 = 1 << 20;
+/// Logged blocks from which an extent's write-back reads and rewrites the
+/// span between its first and last logged block instead of writing each.
+const SPAN_MIN: usize = 8;
 /// Most bytes one merged copy reads at once (neighbouring slots).
 pub const MERGE_MAX: u64 = 4 << 20;
 
@@ -158,6 +161,11 @@ struct Item {
     release: Vec<Release>,
     /// Blocks its shadow saved from being written.
     saved: u64,
+    /// A promotion watching the extent's writes (`Volume::watch`): a write
+    /// during the copy is re-copied at the commit instead of failing it.
+    watched: bool,
+    /// Whether the promotion keeps the HDD slot as a shadow.
+    keep: bool,
     /// The copy writes into the extent's own live slot (write-back): it
     /// runs under the extent's read lock, so no foreground change of the
     /// mapping (which could write those places) overlaps it.
@@ -266,8 +274,20 @@ impl Volume {
                     size: self.size(),
                 });
             };
+            // A promotion watches the extent's writes from before its
+            // snapshot on: a write whose first bump the snapshot saw either
+            // saw the watch (and marks its blocks) or finished its data
+            // write before the watch began, so before the copy reads it.
+            let watched = goal == Goal::Ssd;
+            if watched {
+                self.watch(extent);
+            }
             let guard = lock.read();
             let Some(m) = guard.as_ref() else {
+                drop(guard);
+                if watched {
+                    self.unwatch(extent);
+                }
                 out.push((extent, MoveOutcome::Skipped));
                 continue;
             };
@@ -277,6 +297,10 @@ impl Volume {
                 (Goal::Hdd, Tier::Ssd) => None,
                 (Goal::WriteBack, Tier::Hdd) if !m.logged.is_empty() => None,
                 _ => {
+                    drop(guard);
+                    if watched {
+                        self.unwatch(extent);
+                    }
                     out.push((extent, MoveOutcome::Skipped));
                     continue;
                 }
@@ -292,6 +316,8 @@ impl Volume {
                     after: m.clone(),
                     release: Vec::new(),
                     saved: 0,
+                    watched: goal == Goal::Ssd && m.loc.tier == Tier::Hdd,
+                    keep: false,
                     in_place: goal == Goal::WriteBack,
                 },
                 need,
@@ -319,6 +345,7 @@ impl Volume {
                 match dsts.pop() {
                     Some(d) => it.fresh = Some(d),
                     None => {
+                        self.end_item(&it);
                         out.push((it.extent, MoveOutcome::NoRoom));
                         continue;
                     }
@@ -328,6 +355,7 @@ impl Volume {
             if keep {
                 hdd_free -= 1;
             }
+            it.keep = keep;
             self.shape(&mut it, goal, keep);
             ready.push(it);
         }
@@ -479,7 +507,7 @@ impl Volume {
         let mut failure = None;
         for (it, copied) in s.items.into_iter().zip(s.copied) {
             if failure.is_some() {
-                self.free_fresh(&it);
+                self.end_item(&it);
                 continue;
             }
             let (lock, gen) = (
@@ -487,8 +515,38 @@ impl Volume {
                 &self.gens[it.extent as usize],
             );
             let mut guard = lock.write();
+            let touched = if it.watched {
+                self.unwatch(it.extent)
+            } else {
+                None
+            };
+            let mut it = it;
+            let mut copied = copied;
+            let current = guard.as_ref().cloned();
+            let fits = match (&current, &touched) {
+                (Some(m), _) if *m == it.before && gen.load(Ordering::Acquire) == it.gen => true,
+                // Written meanwhile but still where the copy came from:
+                // bring the written blocks over now, under the lock.
+                (Some(m), Some(t)) if m.loc == it.before.loc && m.shadow.is_none() => {
+                    match self.recopy(&mut it, m, t) {
+                        Ok(n) => {
+                            copied += n;
+                            Stats::add(&self.stats.recopied_blocks, n / BLOCK_SIZE);
+                            true
+                        }
+                        Err(e) => {
+                            drop(guard);
+                            self.free_fresh(&it);
+                            Stats::add(&self.stats.migration_errors, 1);
+                            failure = Some(e);
+                            continue;
+                        }
+                    }
+                }
+                _ => false,
+            };
             match guard.as_mut() {
-                Some(m) if *m == it.before && gen.load(Ordering::Acquire) == it.gen => {
+                Some(m) if fits => {
                     if let Err(e) = self.store.put_extent(it.extent, &it.after.encode()) {
                         drop(guard);
                         self.free_fresh(&it);
@@ -498,6 +556,9 @@ impl Volume {
                     }
                     *m = it.after.clone();
                     gen.fetch_add(1, Ordering::AcqRel);
+                    if m.shadow.is_some() {
+                        self.clean_shadows.store(true, Ordering::Relaxed);
+                    }
                     drop(guard);
                     committed.push((it, copied));
                 }
@@ -594,10 +655,106 @@ impl Volume {
         }
     }
 
+    /// Write back the logged blocks of `m` as one span: read the HDD from
+    /// its first to its last logged block, lay the logged blocks over it,
+    /// write the span back — one seek and two streaming transfers instead
+    /// of a seek per block. Returns the bytes written.
+    fn span_write_back(
+        &self,
+        m: &Mapping,
+        buf: &mut Vec<u8>,
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<u64> {
+        let (Some(first), Some(last)) = (m.logged.first(), m.logged.last()) else {
+            return Ok(0);
+        };
+        let lo = u64::from(first.block) * BLOCK_SIZE;
+        let len = u64::from(last.block + 1) * BLOCK_SIZE - lo;
+        let at = self.geo.slot_offset(m.loc.slot) + lo;
+        pace(len);
+        buf.resize(len as usize, 0);
+        let (ssd, hdd) = (self.devices.get(Tier::Ssd), self.devices.get(Tier::Hdd));
+        let count = |t: Tier, read: bool, n: usize| {
+            let i = t.index();
+            if read {
+                Stats::add(&self.stats.dev_reads[i], 1);
+                Stats::add(&self.stats.dev_read_bytes[i], n as u64);
+            } else {
+                Stats::add(&self.stats.dev_writes[i], 1);
+                Stats::add(&self.stats.dev_write_bytes[i], n as u64);
+            }
+        };
+        let fail = |t: Tier| {
+            let dev = self.devices.get(t).clone();
+            move |e| {
+                Stats::add(&self.stats.dev_errors[t.index()], 1);
+                io_err(dev.as_ref())(e)
+            }
+        };
+        hdd.read_at(buf, at).map_err(fail(Tier::Hdd))?;
+        count(Tier::Hdd, true, buf.len());
+        for l in &m.logged {
+            let o = (u64::from(l.block) * BLOCK_SIZE - lo) as usize;
+            let part = &mut buf[o..o + BLOCK_SIZE as usize];
+            ssd.read_at(part, self.log_offset(l.at))
+                .map_err(fail(Tier::Ssd))?;
+            count(Tier::Ssd, true, part.len());
+        }
+        pace(0);
+        hdd.write_at(buf, at).map_err(fail(Tier::Hdd))?;
+        count(Tier::Hdd, false, buf.len());
+        self.dirty[Tier::Hdd.index()].store(true, Ordering::Release);
+        Ok(len)
+    }
+
+    /// Give up an item before its commit: its new slot back, its watch
+    /// ended.
+    fn end_item(&self, it: &Item) {
+        self.free_fresh(it);
+        if it.watched {
+            self.unwatch(it.extent);
+        }
+    }
+
     fn free_dsts(&self, items: &[Item]) {
         for it in items {
-            self.free_fresh(it);
+            self.end_item(it);
         }
+    }
+
+    /// A promotion's commit found the extent written during the copy (`m`
+    /// now, blocks `touched`): copy those blocks from their newest place to
+    /// the destination and shape the move anew from `m`. Runs under the
+    /// extent's write lock; the flush of step 5 makes the copies durable
+    /// before the new mapping. Returns the bytes copied.
+    fn recopy(&self, it: &mut Item, m: &Mapping, touched: &Written) -> VolumeResult<u64> {
+        let Some(dst) = it.fresh else {
+            return Ok(0);
+        };
+        let blocks = self.geo.blocks_per_extent();
+        let mut buf = vec![0u8; BLOCK_SIZE as usize];
+        let mut n = 0;
+        for b in (0..blocks).filter(|b| touched.get(*b)) {
+            let Some((tier, at)) = self.block_source(m, b) else {
+                continue;
+            };
+            let r = CopyRun {
+                from: tier,
+                src: at,
+                to: dst.tier,
+                dst: self.geo.slot_offset(dst.slot) + u64::from(b) * BLOCK_SIZE,
+                len: BLOCK_SIZE,
+            };
+            // Under the extent's lock: no turn is handed over.
+            self.copy_piece(r, &mut buf, &mut |_| {})?;
+            n += BLOCK_SIZE;
+        }
+        it.before = m.clone();
+        it.release.clear();
+        it.saved = 0;
+        let keep = it.keep;
+        self.shape(it, Goal::Ssd, keep);
+        Ok(n)
     }
 
     /// Copy every item's runs; runs that continue each other on both devices
@@ -611,19 +768,23 @@ impl Volume {
     ) -> VolumeResult<()> {
         let mut cur: Option<CopyRun> = None;
         let mut buf = Vec::new();
-        let mut go = |r: CopyRun, buf: &mut Vec<u8>| -> VolumeResult<()> {
+        let go = |r: CopyRun, buf: &mut Vec<u8>, pace: &mut dyn FnMut(u64)| -> VolumeResult<()> {
             pace(r.len);
             buf.resize(r.len as usize, 0);
-            self.copy_piece(r, buf)
+            self.copy_piece(r, buf, pace)
         };
         for (k, it) in items.iter().enumerate() {
             let _held = if it.in_place {
                 if let Some(c) = cur.take() {
-                    go(c, &mut buf)?;
+                    go(c, &mut buf, &mut *pace)?;
                 }
                 let guard = self.map[it.extent as usize].read();
                 if guard.as_ref() != Some(&it.before) {
                     // Changed since the snapshot: its commit will see it.
+                    continue;
+                }
+                if it.before.logged.len() >= SPAN_MIN {
+                    copied[k] += self.span_write_back(&it.before, &mut buf, &mut *pace)?;
                     continue;
                 }
                 Some(guard)
@@ -644,41 +805,56 @@ impl Volume {
                     }
                     _ => {
                         if let Some(c) = cur.replace(*r) {
-                            go(c, &mut buf)?;
+                            go(c, &mut buf, &mut *pace)?;
                         }
                     }
                 }
             }
             if it.in_place {
                 if let Some(c) = cur.take() {
-                    go(c, &mut buf)?;
+                    go(c, &mut buf, &mut *pace)?;
                 }
             }
         }
         if let Some(c) = cur {
-            go(c, &mut buf)?;
+            go(c, &mut buf, &mut *pace)?;
         }
         Ok(())
     }
 
     /// One device-to-device copy through `buf` (of the run's length),
-    /// counted.
-    fn copy_piece(&self, r: CopyRun, buf: &mut [u8]) -> VolumeResult<()> {
+    /// counted: one read, then writes of at most [`COPY_CHUNK`], each after
+    /// `pace(0)` — a turn for foreground I/O between them (on the virtual
+    /// clock this is also where the read's device time elapses before the
+    /// write is queued, so the write does not hold the destination ahead of
+    /// foreground requests; on the real clock it costs nothing).
+    fn copy_piece(
+        &self,
+        r: CopyRun,
+        buf: &mut [u8],
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<()> {
         let (sdev, ddev) = (self.devices.get(r.from), self.devices.get(r.to));
         sdev.read_at(buf, r.src).map_err(|e| {
             Stats::add(&self.stats.dev_errors[r.from.index()], 1);
             io_err(sdev.as_ref())(e)
         })?;
-        ddev.write_at(buf, r.dst).map_err(|e| {
-            Stats::add(&self.stats.dev_errors[r.to.index()], 1);
-            io_err(ddev.as_ref())(e)
-        })?;
-        self.dirty[r.to.index()].store(true, Ordering::Release);
-        let len = buf.len() as u64;
         Stats::add(&self.stats.dev_reads[r.from.index()], 1);
-        Stats::add(&self.stats.dev_read_bytes[r.from.index()], len);
-        Stats::add(&self.stats.dev_writes[r.to.index()], 1);
-        Stats::add(&self.stats.dev_write_bytes[r.to.index()], len);
+        Stats::add(&self.stats.dev_read_bytes[r.from.index()], buf.len() as u64);
+        for (k, chunk) in buf.chunks(COPY_CHUNK as usize).enumerate() {
+            pace(0);
+            let at = r.dst + k as u64 * COPY_CHUNK;
+            ddev.write_at(chunk, at).map_err(|e| {
+                Stats::add(&self.stats.dev_errors[r.to.index()], 1);
+                io_err(ddev.as_ref())(e)
+            })?;
+            self.dirty[r.to.index()].store(true, Ordering::Release);
+            Stats::add(&self.stats.dev_writes[r.to.index()], 1);
+            Stats::add(
+                &self.stats.dev_write_bytes[r.to.index()],
+                chunk.len() as u64,
+            );
+        }
         Ok(())
     }
 }

@@ -337,12 +337,15 @@ impl Volume {
             log,
             log_enabled: AtomicBool::new(opts.write_log),
             shadows_enabled: AtomicBool::new(opts.shadows),
+            clean_shadows: AtomicBool::new(true),
             // A previous process may have left writes in the OS cache that
             // were never synced: the first flush syncs everything.
             dirty: [AtomicBool::new(true), AtomicBool::new(true)],
             meta_dirty: AtomicBool::new(true),
             flush_lock: Mutex::new(()),
             gens: (0..logical).map(|_| AtomicU32::new(0)).collect(),
+            watched: (0..logical).map(|_| AtomicU32::new(0)).collect(),
+            touched: Mutex::new(HashMap::new()),
             heat: Arc::new(heat),
             clock: opts.clock,
             pins: RwLock::new(pins),

@@ -34,6 +34,19 @@ pub struct Placement {
     pub pin: Option<Tier>,
     /// The last move since start.
     pub last_move: Option<MoveRecord>,
+    /// On the SSD: the HDD slot of its clean copy (shadow), if it keeps one.
+    #[serde(default)]
+    pub shadow_slot: Option<u32>,
+    /// Blocks of that copy that are stale (written on the SSD since).
+    #[serde(default)]
+    pub stale_blocks: u32,
+    /// On the HDD: blocks whose newest data is in the SSD write log.
+    #[serde(default)]
+    pub logged_blocks: u32,
+    /// The blocks whose two copies differ (stale in the shadow, or newer in
+    /// the log), as inclusive ranges `[first, last]`.
+    #[serde(default)]
+    pub dirty_ranges: Vec<[u32; 2]>,
 }
 
 impl Volume {
@@ -61,6 +74,19 @@ impl Volume {
             coverage: self.heat.coverage(extent),
             pin: self.pin_of(extent),
             last_move: self.last_move(extent),
+            shadow_slot: m.and_then(|m| m.shadow.as_ref().map(|s| s.slot)),
+            stale_blocks: m
+                .and_then(|m| {
+                    let s = m.shadow.as_ref()?;
+                    Some(
+                        (0..blocks)
+                            .filter(|b| m.written.get(*b) && s.stale.get(*b))
+                            .count() as u32,
+                    )
+                })
+                .unwrap_or(0),
+            logged_blocks: m.map(|m| m.logged.len() as u32).unwrap_or(0),
+            dirty_ranges: m.map(|m| dirty_ranges(m, blocks)).unwrap_or_default(),
         })
     }
 
@@ -72,4 +98,20 @@ impl Volume {
             .filter_map(|(i, lock)| lock.read().as_ref().map(|m| (i as u64, m.loc)))
             .collect()
     }
+}
+
+/// Blocks whose two copies differ, as inclusive ranges.
+fn dirty_ranges(m: &super::Mapping, blocks: u32) -> Vec<[u32; 2]> {
+    let dirty = |b: u32| match &m.shadow {
+        Some(s) => m.written.get(b) && s.stale.get(b),
+        None => m.logged_at(b).is_some(),
+    };
+    let mut out: Vec<[u32; 2]> = Vec::new();
+    for b in (0..blocks).filter(|b| dirty(*b)) {
+        match out.last_mut() {
+            Some(r) if r[1] + 1 == b => r[1] = b,
+            _ => out.push([b, b]),
+        }
+    }
+    out
 }

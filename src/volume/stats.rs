@@ -48,6 +48,9 @@ pub struct Stats {
     pub free_demotions: AtomicU64,
     /// Blocks a demotion did not have to write thanks to its shadow.
     pub shadow_saved_blocks: AtomicU64,
+    /// Blocks a promotion copied again at its commit because a write
+    /// reached them during the copy (instead of failing the promotion).
+    pub recopied_blocks: AtomicU64,
     /// Shadows dropped because the HDD needed their slots.
     pub shadows_dropped: AtomicU64,
 }

@@ -304,6 +304,37 @@ fn run() -> anyhow::Result<()> {
                     e.written_blocks, e.blocks
                 );
             }
+            let ranges = || {
+                e.dirty_ranges
+                    .iter()
+                    .map(|[a, b]| {
+                        if a == b {
+                            a.to_string()
+                        } else {
+                            format!("{a}-{b}")
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            if let Some(slot) = e.shadow_slot {
+                println!(
+                    "  clean copy on the HDD (slot {slot}); {} blocks stale there{}",
+                    e.stale_blocks,
+                    if e.stale_blocks > 0 {
+                        format!(": {}", ranges())
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            if e.logged_blocks > 0 {
+                println!(
+                    "  {} blocks newer in the SSD write log (written back to the HDD later): {}",
+                    e.logged_blocks,
+                    ranges()
+                );
+            }
             println!(
                 "  heat {:.3}, {} blocks touched recently",
                 e.score, e.coverage
@@ -456,6 +487,29 @@ fn print_status(s: &Status) {
         m.config.interval,
         human(m.config.bandwidth.0),
         m.config.policy.max_moves
+    );
+    let w = &s.write_log;
+    println!(
+        "write log: {}{} of {} on the SSD, {} dirty (write-back backlog); {} writes landed ({}), {} found it full; written back {}, now {}/s",
+        if w.enabled { "" } else { "OFF, " },
+        human(w.bytes),
+        human(w.max_bytes),
+        human(w.dirty_bytes),
+        w.written,
+        human(w.written_bytes),
+        w.full,
+        human(w.written_back_bytes),
+        human(w.write_back_rate as u64)
+    );
+    let sh = &s.shadows;
+    println!(
+        "shadows: {} extents keep an HDD copy, {} clean, {} stale; {} free demotions (saved {}), {} dropped for space",
+        sh.extents,
+        human(sh.clean_bytes),
+        human(sh.stale_bytes),
+        sh.free_demotions,
+        human(sh.saved_bytes),
+        sh.dropped
     );
     println!(
         "connections {}, in flight {}, spills {}, sequential bypasses {}, pins {}, quarantined {}",

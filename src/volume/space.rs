@@ -1,0 +1,320 @@
+//! Space: slot allocation for new extents (dropping shadows when nothing
+//! else is free), discard and zeroing, and flush — the point where freed
+//! slots and log places become reusable — and a clean close.
+
+use std::sync::atomic::Ordering;
+
+use super::extent::Loc;
+use super::geometry::{Tier, BLOCK_SIZE};
+use super::io::{InFlight, Piece};
+use super::stats::Stats;
+use super::{io_err, Volume, VolumeError, VolumeResult};
+
+impl Volume {
+    /// A free slot for a new extent: on the SSD while it has one (the
+    /// reserve exists to take exactly these writes), else on the HDD; an
+    /// extent pinned to the HDD starts there. With no free slot, slots
+    /// waiting for a flush are freed by one, and then shadows are dropped:
+    /// their slots belong to the capacity, never lost to it.
+    pub(crate) fn allocate(&self, extent: u64) -> VolumeResult<Loc> {
+        let order = match self.pin_of(extent) {
+            Some(Tier::Hdd) => [Tier::Hdd, Tier::Ssd],
+            _ => [Tier::Ssd, Tier::Hdd],
+        };
+        let mut got = self.alloc.alloc(&order);
+        if got.is_none() && (self.alloc.quarantined() > 0 || self.log.quarantined() > 0) {
+            // Freed slots become reusable once their unmapping is durable.
+            self.flush()?;
+            got = self.alloc.alloc(&order);
+        }
+        if got.is_none() && self.drop_shadows(1, Some(extent))? > 0 {
+            self.flush()?;
+            got = self.alloc.alloc(&order);
+        }
+        let loc = got.ok_or(VolumeError::NoSpace)?;
+        Stats::add(&self.stats.allocations[loc.tier.index()], 1);
+        if loc.tier == Tier::Hdd && order[0] == Tier::Ssd {
+            Stats::add(&self.stats.spills, 1);
+        }
+        Ok(loc)
+    }
+
+    /// Drop up to `max` shadows (the HDD copies SSD extents keep), coolest
+    /// extents' last (they are the likeliest to be demoted, which a shadow
+    /// makes free), skipping `except` and any extent busy right now. Their
+    /// slots are free after the next flush. Returns how many were dropped.
+    pub fn drop_shadows(&self, max: usize, except: Option<u64>) -> VolumeResult<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let mut with: Vec<(f32, u64)> = self
+            .map
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i as u64) != except)
+            .filter_map(|(i, e)| {
+                let g = e.try_read()?;
+                g.as_ref()?.shadow.as_ref()?;
+                Some((self.heat.score(i as u64), i as u64))
+            })
+            .collect();
+        with.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut dropped = 0;
+        for (_, extent) in with {
+            if dropped == max {
+                break;
+            }
+            let Some(mut guard) = self.map[extent as usize].try_write() else {
+                continue;
+            };
+            let Some(m) = guard.as_mut() else { continue };
+            let Some(s) = m.shadow.take() else { continue };
+            if let Err(e) = self.store.put_extent(extent, &m.encode()) {
+                m.shadow = Some(s);
+                return Err(e.into());
+            }
+            self.bump(extent);
+            self.meta_dirty.store(true, Ordering::Release);
+            self.alloc.free_deferred(Loc {
+                tier: Tier::Hdd,
+                slot: s.slot,
+            });
+            Stats::add(&self.stats.shadows_dropped, 1);
+            dropped += 1;
+        }
+        Ok(dropped)
+    }
+
+    /// Demote up to `max` SSD extents whose shadow is clean, coldest first,
+    /// by a mapping change alone (no data is written: the shadow holds every
+    /// block), skipping `except` and extents busy right now. Their SSD slots
+    /// are free after the next flush. This is how the reserve is taken back
+    /// at once when writes need it: what promotions borrowed came with a
+    /// shadow. Returns how many were demoted.
+    pub fn evict_clean(&self, max: usize, except: Option<u64>) -> VolumeResult<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let blocks = self.geo.blocks_per_extent();
+        let clean = |m: &super::Mapping| {
+            m.shadow
+                .as_ref()
+                .is_some_and(|s| (0..blocks).all(|b| !(m.written.get(b) && s.stale.get(b))))
+        };
+        let mut found: Vec<(f32, u64)> = self
+            .map
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i as u64) != except)
+            .filter_map(|(i, e)| {
+                let g = e.try_read()?;
+                let m = g.as_ref()?;
+                (clean(m) && self.pin_of(i as u64) != Some(Tier::Ssd))
+                    .then(|| (self.heat.score(i as u64), i as u64))
+            })
+            .collect();
+        if found.is_empty() {
+            // Until a promotion leaves a shadow again, writes need not look.
+            self.clean_shadows.store(false, Ordering::Relaxed);
+            return Ok(0);
+        }
+        found.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut done = 0;
+        let at = self.clock.unix_secs();
+        for (_, extent) in found {
+            if done == max {
+                break;
+            }
+            let Some(mut guard) = self.map[extent as usize].try_write() else {
+                continue;
+            };
+            let Some(m) = guard.as_mut() else { continue };
+            if !clean(m) {
+                continue;
+            }
+            let Some(s) = m.shadow.as_ref() else { continue };
+            let ssd = m.loc;
+            let home = super::Mapping::plain(
+                Loc {
+                    tier: Tier::Hdd,
+                    slot: s.slot,
+                },
+                m.written.clone(),
+            );
+            self.store.put_extent(extent, &home.encode())?;
+            *m = home;
+            drop(guard);
+            self.bump(extent);
+            self.meta_dirty.store(true, Ordering::Release);
+            self.alloc.free_deferred(ssd);
+            self.stats
+                .migrated(Tier::Hdd, crate::units::Reason::Reserve, 0);
+            Stats::add(&self.stats.free_demotions, 1);
+            self.moves.lock().insert(
+                extent,
+                super::MoveRecord {
+                    at,
+                    from: Tier::Ssd,
+                    to: Tier::Hdd,
+                    reason: crate::units::Reason::Reserve,
+                },
+            );
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    /// Discard (`zero == false`) or zero (`zero == true`) a range. Whole
+    /// extents are unmapped unless `keep_allocated`; whole blocks are marked
+    /// unwritten (they read as zeros); partial blocks are overwritten with
+    /// zeros when zeroing. Never slow: at most two partial blocks per extent
+    /// are written.
+    pub fn discard(
+        &self,
+        offset: u64,
+        len: u64,
+        zero: bool,
+        keep_allocated: bool,
+        fua: bool,
+    ) -> VolumeResult<()> {
+        self.check(offset, len)?;
+        let _inflight = InFlight::new(&self.inflight);
+        for p in self.pieces(offset, len) {
+            self.discard_piece(p, zero, keep_allocated)?;
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn discard_piece(&self, p: Piece, zero: bool, keep_allocated: bool) -> VolumeResult<()> {
+        let mut guard = self.slot_lock(p.extent).write();
+        let Some(mut m) = guard.take() else {
+            return Ok(());
+        };
+        self.bump(p.extent);
+        {
+            let (first, last) = super::io::block_span(p.start, p.len);
+            self.touch(p.extent, first, last);
+        }
+        let whole = p.len == self.geo.extent_size;
+        let blocks = self.geo.blocks_per_extent();
+        let before = m.clone();
+        let mut dropped = Vec::new();
+        if !whole || keep_allocated {
+            let end = p.start + p.len;
+            let full_first = p.start.div_ceil(BLOCK_SIZE);
+            let full_end = end / BLOCK_SIZE;
+            let head_end = end.min(full_first * BLOCK_SIZE);
+            let tail_start = head_end.max(full_end * BLOCK_SIZE);
+            for (lo, hi) in [(p.start, head_end), (tail_start, end)] {
+                let block = (lo / BLOCK_SIZE) as u32;
+                if !(zero && lo < hi) {
+                    continue;
+                }
+                let zeros = vec![0u8; (hi - lo) as usize];
+                // The zeros go where the block's newest data is.
+                let r = match (m.logged_at(block), m.written.get(block)) {
+                    (Some(at), _) => {
+                        self.raw_write(Tier::Ssd, self.log_offset(at) + lo % BLOCK_SIZE, &zeros)
+                    }
+                    (None, true) => {
+                        if let Some(s) = m.shadow.as_mut() {
+                            s.stale.set_range(block, block, true, blocks);
+                        }
+                        self.device_write(m.loc, lo, &zeros)
+                    }
+                    (None, false) => Ok(()),
+                };
+                if let Err(e) = r {
+                    *guard = Some(before);
+                    return Err(e);
+                }
+            }
+            if full_first < full_end {
+                let (a, b) = (full_first as u32, (full_end - 1) as u32);
+                m.written.set_range(a, b, false, blocks);
+                m.logged.retain(|l| {
+                    let hit = (a..=b).contains(&l.block);
+                    if hit {
+                        dropped.push(l.at);
+                    }
+                    !hit
+                });
+            }
+        }
+        let unmap = !keep_allocated && (whole || m.written.is_empty());
+        let stored = if unmap {
+            self.store.remove_extent(p.extent)
+        } else if m != before {
+            self.store.put_extent(p.extent, &m.encode())
+        } else {
+            *guard = Some(m);
+            return Ok(());
+        };
+        if let Err(e) = stored {
+            *guard = Some(before);
+            return Err(e.into());
+        }
+        self.meta_dirty.store(true, Ordering::Release);
+        for at in dropped {
+            self.log.release_deferred(at);
+        }
+        if unmap {
+            for loc in m.slots() {
+                self.alloc.free_deferred(loc);
+            }
+            for l in &m.logged {
+                self.log.release_deferred(l.at);
+            }
+            self.heat.clear(p.extent);
+        } else {
+            *guard = Some(m);
+        }
+        Ok(())
+    }
+
+    /// Make every acknowledged write durable: data on both devices first,
+    /// then the metadata that points at it. Slots and log places freed
+    /// before the flush become reusable after it.
+    pub fn flush(&self) -> VolumeResult<()> {
+        let _serial = self.flush_lock.lock();
+        let quarantine = self.alloc.take_quarantine();
+        let places = self.log.take_quarantine();
+        let result = self.flush_inner(!quarantine.is_empty() || !places.is_empty());
+        self.alloc.settle(quarantine, result.is_ok());
+        self.log.settle(places, result.is_ok(), &self.alloc);
+        result
+    }
+
+    /// Flush, then record a clean shutdown: the shadows stay trusted at the
+    /// next open. The last call on a volume; any write after it would need
+    /// another `close`.
+    pub fn close(&self) -> VolumeResult<()> {
+        self.flush()?;
+        let _serial = self.flush_lock.lock();
+        self.store.put(super::CLEAN_KEY, b"1")?;
+        self.store.flush()?;
+        Ok(())
+    }
+
+    fn flush_inner(&self, force_meta: bool) -> VolumeResult<()> {
+        for tier in Tier::ALL {
+            if self.dirty[tier.index()].swap(false, Ordering::AcqRel) {
+                let dev = self.devices.get(tier);
+                if let Err(e) = dev.sync() {
+                    self.dirty[tier.index()].store(true, Ordering::Release);
+                    return Err(io_err(dev.as_ref())(e));
+                }
+            }
+        }
+        if self.meta_dirty.swap(false, Ordering::AcqRel) || force_meta {
+            if let Err(e) = self.store.flush() {
+                self.meta_dirty.store(true, Ordering::Release);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,457 @@
+//! The volume's write paths: in place under the extent's shared lock when
+//! nothing about the mapping changes, else under its write lock — first
+//! writes (zero padding of partial blocks), writes to HDD extents that land
+//! in the SSD write log, and shadows marked stale.
+
+use std::sync::atomic::Ordering;
+
+use super::extent::{Loc, LogPos, Logged, Mapping, Written};
+use super::geometry::{Tier, BLOCK_SIZE};
+use super::io::{block_span, InFlight, Piece};
+use super::stats::Stats;
+use super::{io_err, Volume, VolumeResult};
+use crate::units::IoHint;
+
+/// SSD extents with clean shadows demoted at once when the write log needs
+/// a segment and the SSD has no free slot: one flush buys this many.
+const EVICT_BATCH: usize = 4;
+
+impl Volume {
+    /// [`Volume::write_hinted`] without waiting, for writes into blocks that
+    /// already hold data in place (no allocation, no metadata change, no
+    /// FUA) whose device write goes straight into the page cache. `None`:
+    /// take the blocking path (nothing was written).
+    pub fn write_nowait(&self, offset: u64, data: &[u8], hint: IoHint) -> Option<VolumeResult<()>> {
+        if let Err(e) = self.check(offset, data.len() as u64) {
+            return Some(Err(e));
+        }
+        // One extent only: a multi-extent write could stop half done.
+        let mut pieces = self.pieces(offset, data.len() as u64);
+        let p = pieces.next()?;
+        if pieces.next().is_some() {
+            return None;
+        }
+        let _inflight = InFlight::new(&self.inflight);
+        let (first, last) = block_span(p.start, p.len);
+        let guard = self.slot_lock(p.extent).try_read()?;
+        let m = guard.as_ref()?;
+        if !self.writes_in_place(p.extent, m, first, last, hint) {
+            return None;
+        }
+        let dev = self.devices.get(m.loc.tier);
+        let i = m.loc.tier.index();
+        let r = self.shared_write(p.extent, (first, last), || {
+            dev.write_at_nowait(data, self.geo.slot_offset(m.loc.slot) + p.start)
+        })?;
+        if let Err(e) = r {
+            Stats::add(&self.stats.dev_errors[i], 1);
+            return Some(Err(io_err(dev.as_ref())(e)));
+        }
+        Stats::add(&self.stats.dev_writes[i], 1);
+        Stats::add(&self.stats.dev_write_bytes[i], data.len() as u64);
+        self.dirty[i].store(true, Ordering::Release);
+        drop(guard);
+        self.heat.record(offset, data.len() as u64, hint);
+        Some(Ok(()))
+    }
+
+    /// Whether a write to blocks `first..=last` of `m` goes to its slot with
+    /// no change of the mapping: every block written there, none newer in
+    /// the log, a shadow already stale there, and not a write the log takes.
+    fn writes_in_place(
+        &self,
+        extent: u64,
+        m: &Mapping,
+        first: u32,
+        last: u32,
+        hint: IoHint,
+    ) -> bool {
+        m.written.all(first, last)
+            && m.logged.is_empty()
+            && m.shadow.as_ref().is_none_or(|s| s.stale.all(first, last))
+            && !(m.loc.tier == Tier::Hdd && self.wants_log(extent, hint))
+    }
+
+    /// Whether a write to an HDD extent should land in the SSD write log: the
+    /// log is on and may have room, the extent is not pinned to the HDD, and
+    /// the write is not part of a long sequential stream (those go to the
+    /// HDD at its streaming speed and keep the log for random writes).
+    fn wants_log(&self, extent: u64, hint: IoHint) -> bool {
+        self.log_enabled.load(Ordering::Relaxed)
+            && !self.heat.is_sequential(hint)
+            && (self.log.may_take(&self.alloc)
+                || (self.log.may_grow() && self.clean_shadows.load(Ordering::Relaxed)))
+            && self.pin_of(extent) != Some(Tier::Hdd)
+    }
+
+    /// Write `data` at `offset`; with `fua`, durable before returning.
+    pub fn write(&self, offset: u64, data: &[u8], fua: bool) -> VolumeResult<()> {
+        self.write_hinted(offset, data, fua, IoHint::default())
+    }
+
+    /// [`Volume::write`] with the protocol layer's stream hint (for heat and
+    /// the write log).
+    pub fn write_hinted(
+        &self,
+        offset: u64,
+        data: &[u8],
+        fua: bool,
+        hint: IoHint,
+    ) -> VolumeResult<()> {
+        self.check(offset, data.len() as u64)?;
+        let _inflight = InFlight::new(&self.inflight);
+        let mut logged = true;
+        for p in self.pieces(offset, data.len() as u64) {
+            logged &= self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
+        }
+        // A write the SSD log took earns no heat: it needs no promotion to
+        // run at flash speed (and promoting on write heat would put
+        // migration copies in front of the very writes the log absorbs).
+        // Reads of the extent still earn heat; writes elsewhere do.
+        if !logged {
+            self.heat.record(offset, data.len() as u64, hint);
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Write one extent's piece; `true` when all of it went to the write log.
+    fn write_piece(&self, p: Piece, data: &[u8], hint: IoHint) -> VolumeResult<bool> {
+        let (first, last) = block_span(p.start, p.len);
+        {
+            // Fast paths under the shared lock: every block already holds
+            // data where this write goes, so the mapping does not change.
+            let guard = self.slot_lock(p.extent).read();
+            if let Some(m) = guard.as_ref() {
+                if self.writes_in_place(p.extent, m, first, last, hint) {
+                    return self
+                        .shared_write(p.extent, (first, last), || {
+                            self.device_write(m.loc, p.start, data)
+                        })
+                        .map(|()| false);
+                }
+                let places: Option<Vec<(Tier, u64)>> = (first..=last)
+                    .map(|b| m.logged_at(b).map(|at| (Tier::Ssd, self.log_offset(at))))
+                    .collect();
+                if let Some(places) = places {
+                    return self
+                        .shared_write(p.extent, (first, last), || {
+                            self.write_blocks(&places, first, p.start, data)
+                        })
+                        .map(|()| true);
+                }
+            }
+        }
+        let mut guard = self.slot_lock(p.extent).write();
+        self.bump(p.extent);
+        let r = match guard.take() {
+            None => {
+                let loc = self.allocate(p.extent)?;
+                let m = Mapping::plain(loc, Written::empty(self.geo.blocks_per_extent()));
+                self.write_locked(&mut guard, p, data, m, true)
+                    .map(|()| false)
+            }
+            Some(m) if m.loc.tier == Tier::Hdd => {
+                let use_log = self.wants_log(p.extent, hint);
+                self.write_logged(&mut guard, p, data, m, use_log)
+            }
+            Some(m) => self
+                .write_locked(&mut guard, p, data, m, false)
+                .map(|()| false),
+        };
+        // Even a failed write may have reached some blocks.
+        self.touch(p.extent, first, last);
+        r
+    }
+
+    /// Read the newest data of block `b` of `m` into `out` (4 KiB), or zeros.
+    fn read_block(&self, m: &Mapping, b: u32, out: &mut [u8]) -> VolumeResult<()> {
+        match self.block_source(m, b) {
+            None => {
+                out.fill(0);
+                Ok(())
+            }
+            Some((tier, at)) => {
+                let dev = self.devices.get(tier);
+                dev.read_at(out, at).map_err(|e| {
+                    Stats::add(&self.stats.dev_errors[tier.index()], 1);
+                    io_err(dev.as_ref())(e)
+                })?;
+                Stats::add(&self.stats.dev_reads[tier.index()], 1);
+                Stats::add(&self.stats.dev_read_bytes[tier.index()], out.len() as u64);
+                Ok(())
+            }
+        }
+    }
+
+    /// `data` (at `start` in the extent) widened to whole blocks
+    /// `first..=last`, the partial head and tail blocks filled with their
+    /// current content (`keep(b)`: the destination already holds it, no
+    /// need to read), or `None` when `data` is block aligned.
+    fn widen(
+        &self,
+        m: &Mapping,
+        start: u64,
+        data: &[u8],
+        keep: impl Fn(u32) -> bool,
+    ) -> VolumeResult<Option<(u64, Vec<u8>)>> {
+        let end = start + data.len() as u64;
+        let (first, last) = block_span(start, data.len() as u64);
+        let head = !start.is_multiple_of(BLOCK_SIZE) && !keep(first);
+        let tail = !end.is_multiple_of(BLOCK_SIZE) && !keep(last);
+        if !head && !tail {
+            return Ok(None);
+        }
+        let lo = if head {
+            u64::from(first) * BLOCK_SIZE
+        } else {
+            start
+        };
+        let hi = if tail {
+            u64::from(last + 1) * BLOCK_SIZE
+        } else {
+            end
+        };
+        let mut buf = vec![0u8; (hi - lo) as usize];
+        if head {
+            self.read_block(m, first, &mut buf[..BLOCK_SIZE as usize])?;
+        }
+        if tail && !(head && first == last) {
+            let n = buf.len();
+            self.read_block(m, last, &mut buf[n - BLOCK_SIZE as usize..])?;
+        }
+        buf[(start - lo) as usize..(end - lo) as usize].copy_from_slice(data);
+        Ok(Some((lo, buf)))
+    }
+
+    /// A write under the extent's write lock into the extent's own slot
+    /// (`fresh`: just allocated), for an extent with nothing in the log (an
+    /// SSD extent or a new one). Blocks written for the first time are
+    /// padded with zeros so their unwritten bytes keep reading as zeros; a
+    /// shadow is marked stale there.
+    fn write_locked(
+        &self,
+        guard: &mut Option<Mapping>,
+        p: Piece,
+        data: &[u8],
+        mut m: Mapping,
+        fresh: bool,
+    ) -> VolumeResult<()> {
+        let (first, last) = block_span(p.start, p.len);
+        let blocks = self.geo.blocks_per_extent();
+        let in_slot = |b: u32| m.written.get(b);
+        let result = match self.widen(&m, p.start, data, in_slot) {
+            Ok(None) => self.device_write(m.loc, p.start, data),
+            Ok(Some((lo, buf))) => self.device_write(m.loc, lo, &buf),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            if fresh {
+                self.alloc.free_now(m.loc);
+            } else {
+                *guard = Some(m);
+            }
+            return Err(e);
+        }
+        let before = m.clone();
+        m.written.set_range(first, last, true, blocks);
+        if let Some(s) = m.shadow.as_mut() {
+            s.stale.set_range(first, last, true, blocks);
+        }
+        if m == before && !fresh {
+            *guard = Some(m);
+            return Ok(());
+        }
+        if let Err(e) = self.store.put_extent(p.extent, &m.encode()) {
+            if fresh {
+                self.alloc.free_now(m.loc);
+            } else {
+                *guard = Some(before);
+            }
+            return Err(e.into());
+        }
+        self.meta_dirty.store(true, Ordering::Release);
+        *guard = Some(m);
+        Ok(())
+    }
+
+    /// A write to an HDD extent under its write lock. Blocks already in the
+    /// SSD write log are written there; with `use_log` the others take a new
+    /// log place while the log has one; the rest go to the HDD in place.
+    /// The HDD copy of a logged block is written by write-back alone, so a
+    /// write-back copy never races a foreground write into the same place.
+    /// Partial blocks are merged with their current content.
+    fn write_logged(
+        &self,
+        guard: &mut Option<Mapping>,
+        p: Piece,
+        data: &[u8],
+        mut m: Mapping,
+        use_log: bool,
+    ) -> VolumeResult<bool> {
+        let (first, last) = block_span(p.start, p.len);
+        let mut targets = Vec::with_capacity((last - first + 1) as usize);
+        let mut taken = Vec::new();
+        let mut full = false;
+        let mut evicted = false;
+        for b in first..=last {
+            let at = match m.logged_at(b) {
+                Some(at) => Some(at),
+                None if use_log && !full => {
+                    let mut got = self.log.acquire(&self.alloc);
+                    if got.is_none() && !evicted && self.log.may_grow() {
+                        // The reserve was lent to promotions: take it back
+                        // now, from extents whose shadow makes leaving free.
+                        evicted = true;
+                        if self.evict_clean(EVICT_BATCH, Some(p.extent))? > 0 {
+                            self.flush()?;
+                            got = self.log.acquire(&self.alloc);
+                        }
+                    }
+                    full = got.is_none();
+                    taken.extend(got);
+                    got
+                }
+                None => None,
+            };
+            targets.push(at);
+        }
+        if full {
+            Stats::add(&self.stats.log_full, 1);
+        }
+        let give_back = |taken: &[LogPos]| {
+            for at in taken {
+                self.log.release_now(*at, &self.alloc);
+            }
+        };
+        let base = self.geo.slot_offset(m.loc.slot);
+        let devs: Vec<(Tier, u64)> = (first..=last)
+            .zip(&targets)
+            .map(|(b, t)| match t {
+                Some(at) => (Tier::Ssd, self.log_offset(*at)),
+                None => (Tier::Hdd, base + u64::from(b) * BLOCK_SIZE),
+            })
+            .collect();
+        let keep = |b: u32| match targets[(b - first) as usize] {
+            Some(_) => m.logged_at(b).is_some(),
+            None => m.written.get(b),
+        };
+        let result = match self.widen(&m, p.start, data, keep) {
+            Ok(None) => self.write_blocks(&devs, first, p.start, data),
+            Ok(Some((lo, buf))) => self.write_blocks(&devs, first, lo, &buf),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            give_back(&taken);
+            *guard = Some(m);
+            return Err(e);
+        }
+        let before = m.clone();
+        let blocks = self.geo.blocks_per_extent();
+        m.written.set_range(first, last, true, blocks);
+        for (b, at) in (first..=last).zip(targets.iter()) {
+            if let Some(at) = at {
+                if let Err(i) = m.logged.binary_search_by_key(&b, |l| l.block) {
+                    m.logged.insert(i, Logged { block: b, at: *at });
+                }
+            }
+        }
+        let all_logged = targets.iter().all(Option::is_some);
+        if m == before {
+            *guard = Some(m);
+            return Ok(all_logged);
+        }
+        if let Err(e) = self.store.put_extent(p.extent, &m.encode()) {
+            give_back(&taken);
+            *guard = Some(before);
+            return Err(e.into());
+        }
+        self.meta_dirty.store(true, Ordering::Release);
+        if !taken.is_empty() {
+            Stats::add(&self.stats.log_writes, 1);
+            Stats::add(&self.stats.log_write_bytes, data.len() as u64);
+        }
+        *guard = Some(m);
+        Ok(all_logged)
+    }
+
+    /// Write `data`, which starts at byte `at` of the extent inside block
+    /// `first`, to blocks `first..` at the device places `devs` (one per
+    /// block), one device write per run of neighbouring places.
+    fn write_blocks(
+        &self,
+        devs: &[(Tier, u64)],
+        first: u32,
+        at: u64,
+        data: &[u8],
+    ) -> VolumeResult<()> {
+        let end = at + data.len() as u64;
+        let mut k = 0;
+        while k < devs.len() {
+            let mut n = 1;
+            while k + n < devs.len()
+                && devs[k + n].0 == devs[k].0
+                && devs[k + n].1 == devs[k].1 + n as u64 * BLOCK_SIZE
+            {
+                n += 1;
+            }
+            let b0 = u64::from(first) + k as u64;
+            let lo = (b0 * BLOCK_SIZE).max(at);
+            let hi = ((b0 + n as u64) * BLOCK_SIZE).min(end);
+            let dev_at = devs[k].1 + (lo - b0 * BLOCK_SIZE);
+            self.raw_write(
+                devs[k].0,
+                dev_at,
+                &data[(lo - at) as usize..(hi - at) as usize],
+            )?;
+            k += n;
+        }
+        Ok(())
+    }
+
+    /// A data write under the extent's *read* lock (`write`), with the
+    /// extent's generation bumped before and after it. Before: a migration
+    /// copying the extent sees the change and does not commit a stale copy.
+    /// After, still under the lock: a migration takes its snapshot under a
+    /// read lock too, so it may have read the generation between the first
+    /// bump and the data write, then copied the block before the write
+    /// reached it; the second bump fails its commit.
+    pub(crate) fn shared_write<T>(
+        &self,
+        extent: u64,
+        blocks: (u32, u32),
+        write: impl FnOnce() -> T,
+    ) -> T {
+        self.bump(extent);
+        let r = write();
+        self.touch(extent, blocks.0, blocks.1);
+        self.bump(extent);
+        r
+    }
+
+    pub(crate) fn bump(&self, extent: u64) {
+        if let Some(g) = self.gens.get(extent as usize) {
+            g.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    pub(crate) fn device_write(&self, loc: Loc, start: u64, data: &[u8]) -> VolumeResult<()> {
+        self.raw_write(loc.tier, self.geo.slot_offset(loc.slot) + start, data)
+    }
+
+    /// Write `data` at device offset `at` of a tier, counted.
+    pub(crate) fn raw_write(&self, tier: Tier, at: u64, data: &[u8]) -> VolumeResult<()> {
+        let dev = self.devices.get(tier);
+        let i = tier.index();
+        if let Err(e) = dev.write_at(data, at) {
+            Stats::add(&self.stats.dev_errors[i], 1);
+            return Err(io_err(dev.as_ref())(e));
+        }
+        Stats::add(&self.stats.dev_writes[i], 1);
+        Stats::add(&self.stats.dev_write_bytes[i], data.len() as u64);
+        self.dirty[i].store(true, Ordering::Release);
+        Ok(())
+    }
+}
