@@ -50,6 +50,7 @@ impl Volume {
         Stats::add(&self.stats.dev_writes[i], 1);
         Stats::add(&self.stats.dev_write_bytes[i], data.len() as u64);
         self.dirty[i].store(true, Ordering::Release);
+        self.count_log_full(m, p.extent, hint);
         drop(guard);
         self.heat.record(offset, data.len() as u64, hint);
         Some(Ok(()))
@@ -79,9 +80,28 @@ impl Volume {
     fn wants_log(&self, extent: u64, hint: IoHint) -> bool {
         self.log_enabled.load(Ordering::Relaxed)
             && !self.heat.is_sequential(hint)
-            && (self.log.may_take(&self.alloc)
-                || (self.log.may_grow() && self.clean_shadows.load(Ordering::Relaxed)))
+            && self.log_room()
             && self.pin_of(extent) != Some(Tier::Hdd)
+    }
+
+    /// Whether the write log may find a place: a free one, room for a
+    /// segment, or clean shadows to evict for one.
+    fn log_room(&self) -> bool {
+        self.log.may_take(&self.alloc)
+            || (self.log.may_grow() && self.clean_shadows.load(Ordering::Relaxed))
+    }
+
+    /// Count a write to HDD extent `m` that the write log would have taken
+    /// but had no room for ([`Stats::log_full`]).
+    fn count_log_full(&self, m: &Mapping, extent: u64, hint: IoHint) {
+        if m.loc.tier == Tier::Hdd
+            && self.log_enabled.load(Ordering::Relaxed)
+            && !self.heat.is_sequential(hint)
+            && self.pin_of(extent) != Some(Tier::Hdd)
+            && !self.log_room()
+        {
+            Stats::add(&self.stats.log_full, 1);
+        }
     }
 
     /// Write `data` at `offset`; with `fua`, durable before returning.
@@ -126,11 +146,13 @@ impl Volume {
             let guard = self.slot_lock(p.extent).read();
             if let Some(m) = guard.as_ref() {
                 if self.writes_in_place(p.extent, m, first, last, hint) {
-                    return self
-                        .shared_write(p.extent, (first, last), || {
-                            self.device_write(m.loc, p.start, data)
-                        })
-                        .map(|()| false);
+                    let r = self.shared_write(p.extent, (first, last), || {
+                        self.device_write(m.loc, p.start, data)
+                    });
+                    if r.is_ok() {
+                        self.count_log_full(m, p.extent, hint);
+                    }
+                    return r.map(|()| false);
                 }
                 let places: Option<Vec<(Tier, u64)>> = (first..=last)
                     .map(|b| m.logged_at(b).map(|at| (Tier::Ssd, self.log_offset(at))))
@@ -155,6 +177,9 @@ impl Volume {
             }
             Some(m) if m.loc.tier == Tier::Hdd => {
                 let use_log = self.wants_log(p.extent, hint);
+                if !use_log {
+                    self.count_log_full(&m, p.extent, hint);
+                }
                 self.write_logged(&mut guard, p, data, m, use_log)
             }
             Some(m) => self
