@@ -11,7 +11,8 @@ use tierd::heat::HeatConfig;
 use tierd::migrate::{MigrateConfig, Migrator, RoundReport};
 use tierd::store::{MemStore, MetaStore};
 use tierd::units::IoHint;
-use tierd::volume::{Devices, FormatOptions, Tier, Volume, VolumeOptions};
+use tierd::units::Reason;
+use tierd::volume::{Devices, FormatOptions, MoveOutcome, Stats, Tier, Volume, VolumeOptions};
 
 pub const EXTENT: u64 = 64 * 1024;
 
@@ -120,4 +121,77 @@ pub fn assert_accounting(vol: &Volume, total_slots: u64) {
 
 pub fn tier_of(vol: &Volume, extent: u64) -> Option<Tier> {
     vol.mapping(extent).map(|m| m.loc.tier)
+}
+
+/// Move `extent` to `to` with the copy protocol, unpaced.
+pub fn migrate(vol: &Volume, extent: u64, to: Tier) -> MoveOutcome {
+    tierd::migrate::migrate_extent(vol, extent, to, Reason::Manual, &mut |_| {})
+        .unwrap_or_else(|e| panic!("moving extent {extent} to the {to:?}: {e}"))
+}
+
+/// Write the logged blocks of `extents` back to the HDD, unpaced.
+pub fn write_back(vol: &Volume, extents: &[u64]) -> Vec<(u64, MoveOutcome)> {
+    tierd::migrate::write_back_batch(vol, extents, &mut |_| {})
+        .unwrap_or_else(|e| panic!("writing back {extents:?}: {e}"))
+}
+
+/// Write `data` at `offset` (no FUA) and mirror it into the byte `model`.
+pub fn put(vol: &Volume, model: &mut [u8], offset: u64, data: &[u8]) {
+    vol.write(offset, data, false)
+        .unwrap_or_else(|e| panic!("write {offset}+{}: {e}", data.len()));
+    model[offset as usize..offset as usize + data.len()].copy_from_slice(data);
+}
+
+/// Read the whole volume and compare it with the byte `model`, naming the
+/// first differing block.
+pub fn assert_reads(vol: &Volume, model: &[u8], what: &str) {
+    let mut buf = vec![0u8; model.len()];
+    vol.read(0, &mut buf)
+        .unwrap_or_else(|e| panic!("{what}: reading the volume: {e}"));
+    if buf != model {
+        let at = buf.iter().zip(model).position(|(a, b)| a != b).unwrap_or(0);
+        panic!(
+            "{what}: byte {at} (extent {}, block {}) reads {} but the model has {}",
+            at as u64 / EXTENT,
+            (at as u64 % EXTENT) / 4096,
+            buf[at],
+            model[at]
+        );
+    }
+}
+
+/// Bytes written to a tier's device so far.
+pub fn dev_written(vol: &Volume, tier: Tier) -> u64 {
+    Stats::get(&vol.stats().dev_write_bytes[tier.index()])
+}
+
+/// Bytes read from a tier's device so far.
+pub fn dev_read(vol: &Volume, tier: Tier) -> u64 {
+    Stats::get(&vol.stats().dev_read_bytes[tier.index()])
+}
+
+/// The blocks of `extent` whose newest data is in the write log.
+pub fn logged_blocks(vol: &Volume, extent: u64) -> Vec<u32> {
+    vol.mapping(extent)
+        .map(|m| m.logged.iter().map(|l| l.block).collect())
+        .unwrap_or_default()
+}
+
+/// Write `data` into `extent` (it lands on the SSD while there is room),
+/// then move it to the HDD and flush: an extent living on the HDD with
+/// nothing in the write log.
+pub fn hdd_extent(vol: &Volume, model: &mut [u8], extent: u64, at: u64, data: &[u8]) {
+    put(vol, model, extent * EXTENT + at, data);
+    vol.flush().expect("flush");
+    if tier_of(vol, extent) == Some(Tier::Ssd) {
+        let out = migrate(vol, extent, Tier::Hdd);
+        assert!(
+            matches!(out, MoveOutcome::Moved(_)),
+            "demoting {extent}: {out:?}"
+        );
+    }
+    vol.flush().expect("flush");
+    let m = vol.mapping(extent).expect("mapped");
+    assert_eq!(m.loc.tier, Tier::Hdd, "extent {extent}");
+    assert!(m.logged.is_empty() && m.shadow.is_none(), "{m:?}");
 }

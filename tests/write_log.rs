@@ -1,0 +1,612 @@
+//! The SSD write log: a write to an extent living on the HDD lands in 4 KiB
+//! places of log segments on the SSD (the HDD is not touched), reads take
+//! each block from its newest place (partial-block writes merged with the
+//! HDD data or the logged data), with the log full new blocks go to the HDD
+//! in place, TRIM and WRITE_ZEROES over logged blocks read as zeros and give
+//! their places back, write-back copies logged blocks home and frees the
+//! segments, logged data survives restarts (clean or not), long sequential
+//! streams and HDD-pinned extents bypass the log (but never leave a logged
+//! block stale), and a promotion takes every block from its newest place.
+
+mod support;
+
+use support::*;
+use tierd::units::IoHint;
+use tierd::volume::{MoveOutcome, Stats, Tier, Volume};
+
+const BLK: u64 = 4096;
+
+/// A byte model of the whole volume.
+fn model_of(vol: &Volume) -> Vec<u8> {
+    vec![0u8; vol.size() as usize]
+}
+
+fn at(extent: u64, block: u64) -> u64 {
+    extent * EXTENT + block * BLK
+}
+
+#[test]
+fn writes_to_an_hdd_extent_land_in_the_log_not_on_the_hdd() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+    assert_eq!(vol.usage().log.segments, 0);
+    let hdd_image = bed.hdd.snapshot();
+    let (ssd0, hdd0) = (dev_written(&vol, Tier::Ssd), dev_written(&vol, Tier::Hdd));
+
+    put(&vol, &mut model, at(0, 3), &pattern(2, BLK as usize));
+    put(&vol, &mut model, at(0, 7), &pattern(3, 2 * BLK as usize));
+    put(&vol, &mut model, at(0, 15), &pattern(4, BLK as usize));
+
+    assert!(
+        bed.hdd.snapshot() == hdd_image,
+        "a write to an HDD extent touched the HDD"
+    );
+    assert_eq!(dev_written(&vol, Tier::Hdd), hdd0, "HDD write bytes grew");
+    assert_eq!(
+        dev_written(&vol, Tier::Ssd) - ssd0,
+        4 * BLK,
+        "the log takes exactly the blocks written"
+    );
+    assert_eq!(logged_blocks(&vol, 0), vec![3, 7, 8, 15]);
+    let u = vol.usage();
+    assert_eq!(u.logged_blocks, 4, "{u:?}");
+    assert_eq!((u.log.segments, u.log.used), (1, 4), "{u:?}");
+    assert_eq!(Stats::get(&vol.stats().log_writes), 3);
+    assert_eq!(Stats::get(&vol.stats().log_write_bytes), 4 * BLK);
+    assert_eq!(
+        tier_of(&vol, 0),
+        Some(Tier::Hdd),
+        "the extent stays on the HDD"
+    );
+    assert_eq!(vol.logged_extents(), vec![(0, 4)]);
+    assert_reads(&vol, &model, "after logging");
+    vol.flush().expect("flush");
+    assert_reads(&vol, &model, "after a flush");
+    assert_accounting(&vol, 24);
+}
+
+#[test]
+fn partial_block_writes_merge_with_hdd_data_and_with_logged_data() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+    // Extent 1: only blocks 2..=4 written.
+    hdd_extent(&vol, &mut model, 1, 2 * BLK, &pattern(2, 3 * BLK as usize));
+    let hdd_image = bed.hdd.snapshot();
+
+    // Over HDD data: the block is merged into a new log place.
+    put(&vol, &mut model, at(0, 5) + 10, &pattern(3, 100));
+    assert_eq!(logged_blocks(&vol, 0), vec![5]);
+    assert_reads(&vol, &model, "100 bytes over HDD data");
+    // Over logged data (the fast path into the same place).
+    let place = vol.mapping(0).expect("mapped").logged_at(5);
+    put(&vol, &mut model, at(0, 5) + 2000, &pattern(4, 3000));
+    assert_eq!(vol.mapping(0).expect("mapped").logged_at(5), place);
+    assert_reads(&vol, &model, "3000 bytes over logged data");
+    // Straddling a logged block and one only on the HDD.
+    put(&vol, &mut model, at(0, 5) + 4000, &pattern(5, 300));
+    assert_eq!(logged_blocks(&vol, 0), vec![5, 6]);
+    assert_reads(&vol, &model, "across a logged and an HDD block");
+    // Unwritten blocks of an HDD extent: zeros around the data.
+    put(&vol, &mut model, at(1, 0) + 7, &pattern(6, 50));
+    put(&vol, &mut model, at(1, 9) + 4000, &pattern(7, 200));
+    // Written HDD blocks 3 and 4, both partly.
+    put(&vol, &mut model, at(1, 3) + 4090, &pattern(8, 10));
+    assert_eq!(logged_blocks(&vol, 1), vec![0, 3, 4, 9, 10]);
+    assert_reads(&vol, &model, "partial writes into an HDD extent");
+    assert!(
+        bed.hdd.snapshot() == hdd_image,
+        "partial writes to HDD extents touched the HDD"
+    );
+    // The unwritten blocks of extent 1 still report as zero.
+    let runs = vol.block_status(EXTENT, EXTENT, 64).expect("block status");
+    let zero: Vec<(u64, bool)> = runs.iter().map(|r| (r.len / BLK, r.zero)).collect();
+    assert_eq!(
+        zero,
+        vec![
+            (1, false),
+            (1, true),
+            (3, false),
+            (4, true),
+            (2, false),
+            (5, true)
+        ]
+    );
+    vol.close().expect("close");
+    drop(vol);
+    let vol = bed.open();
+    assert_reads(&vol, &model, "after a restart");
+    assert_accounting(&vol, 24);
+}
+
+#[test]
+fn with_the_log_full_new_blocks_go_to_the_hdd_in_place() {
+    // One reserve slot: the log holds one segment of 16 places.
+    let bed = Bed::new(8, 16, 1);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+    hdd_extent(&vol, &mut model, 1, 0, &pattern(2, EXTENT as usize));
+    // Ten blocks of extent 0 and six of extent 1 fill the log.
+    put(&vol, &mut model, at(0, 0), &pattern(3, 10 * BLK as usize));
+    put(&vol, &mut model, at(1, 0), &pattern(4, 6 * BLK as usize));
+    let u = vol.usage();
+    assert_eq!(
+        (u.log.segments, u.log.used, u.log.places),
+        (1, 16, 16),
+        "{u:?}"
+    );
+    assert_eq!(Stats::get(&vol.stats().log_full), 0);
+
+    // A new block: in place on the HDD.
+    let (ssd0, hdd0) = (dev_written(&vol, Tier::Ssd), dev_written(&vol, Tier::Hdd));
+    put(&vol, &mut model, at(1, 12), &pattern(5, BLK as usize));
+    assert_eq!(Stats::get(&vol.stats().log_full), 1);
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, BLK);
+    assert_eq!(dev_written(&vol, Tier::Ssd), ssd0);
+    assert_eq!(vol.usage().logged_blocks, 16);
+    // A partial block in place: merged with its HDD data.
+    put(&vol, &mut model, at(1, 13) + 333, &pattern(6, 1000));
+    assert_eq!(Stats::get(&vol.stats().log_full), 2);
+    assert_reads(&vol, &model, "in-place writes with the log full");
+    // Logged blocks are still rewritten in the log, never on the HDD.
+    let (ssd0, hdd0) = (dev_written(&vol, Tier::Ssd), dev_written(&vol, Tier::Hdd));
+    put(&vol, &mut model, at(0, 4) + 100, &pattern(7, 2000));
+    assert_eq!(
+        dev_written(&vol, Tier::Hdd),
+        hdd0,
+        "a logged block went home"
+    );
+    assert_eq!(dev_written(&vol, Tier::Ssd) - ssd0, 2000);
+    assert_eq!(Stats::get(&vol.stats().log_full), 2, "the log took it");
+    // A write over logged blocks 4, 5 and new blocks 6..=9 of extent 1:
+    // split between the log and the HDD.
+    let (ssd0, hdd0) = (dev_written(&vol, Tier::Ssd), dev_written(&vol, Tier::Hdd));
+    put(&vol, &mut model, at(1, 4), &pattern(8, 6 * BLK as usize));
+    assert_eq!(dev_written(&vol, Tier::Ssd) - ssd0, 2 * BLK);
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, 4 * BLK);
+    assert_eq!(logged_blocks(&vol, 1), vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(Stats::get(&vol.stats().log_full), 3);
+    assert_reads(&vol, &model, "a write split between the log and the HDD");
+
+    // Write-back of extent 0 frees ten places: the log takes blocks again.
+    let out = write_back(&vol, &[0]);
+    assert_eq!(out, vec![(0, MoveOutcome::Moved(10 * BLK))]);
+    assert_eq!(vol.usage().log.used, 6);
+    let full = Stats::get(&vol.stats().log_full);
+    put(&vol, &mut model, at(1, 10), &pattern(9, BLK as usize));
+    assert_eq!(Stats::get(&vol.stats().log_full), full);
+    assert_eq!(logged_blocks(&vol, 1), vec![0, 1, 2, 3, 4, 5, 10]);
+    assert_reads(&vol, &model, "after a write-back made room");
+    vol.flush().expect("flush");
+    drop(vol);
+    bed.power_cut();
+    let vol = bed.open();
+    assert_reads(&vol, &model, "after a power cut");
+    assert_accounting(&vol, 24);
+}
+
+#[test]
+fn trim_and_write_zeroes_over_logged_blocks() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    for e in 0..3 {
+        hdd_extent(&vol, &mut model, e, 0, &pattern(10 + e, EXTENT as usize));
+    }
+    let ssd_free = vol.free_slots(Tier::Ssd);
+    put(&vol, &mut model, at(0, 2), &pattern(1, 5 * BLK as usize));
+    put(&vol, &mut model, at(1, 0), &pattern(2, 4 * BLK as usize));
+    put(&vol, &mut model, at(2, 8), &pattern(3, 3 * BLK as usize));
+    assert_eq!(vol.usage().logged_blocks, 12);
+    let hdd_image = bed.hdd.snapshot();
+
+    // TRIM of logged blocks 3 and 4: zeros, no longer logged; their places
+    // are free after the next flush.
+    vol.discard(at(0, 3), 2 * BLK, false, false, false)
+        .expect("trim");
+    model[at(0, 3) as usize..at(0, 5) as usize].fill(0);
+    assert_eq!(logged_blocks(&vol, 0), vec![2, 5, 6]);
+    assert_eq!(vol.usage().log.used, 12, "places reused before a flush");
+    vol.flush().expect("flush");
+    assert_eq!(vol.usage().log.used, 10);
+    // WRITE_ZEROES of part of logged block 5: zeros into its log place.
+    vol.discard(at(0, 5) + 100, 200, true, false, false)
+        .expect("zero");
+    model[(at(0, 5) + 100) as usize..(at(0, 5) + 300) as usize].fill(0);
+    assert_eq!(logged_blocks(&vol, 0), vec![2, 5, 6]);
+    assert!(
+        bed.hdd.snapshot() == hdd_image,
+        "zeroing logged blocks touched the HDD"
+    );
+    // Zeroes straddling logged block 6 and HDD block 7.
+    vol.discard(at(0, 6) + 4000, 500, true, false, false)
+        .expect("zero");
+    model[(at(0, 6) + 4000) as usize..(at(0, 6) + 4500) as usize].fill(0);
+    assert_reads(&vol, &model, "trim and zeroes over logged blocks");
+
+    // Extent 1 zeroed whole, allocation kept: nothing logged, all zeros.
+    vol.discard(EXTENT, EXTENT, true, true, false)
+        .expect("zero extent 1");
+    model[EXTENT as usize..2 * EXTENT as usize].fill(0);
+    let m = vol.mapping(1).expect("still allocated");
+    assert!(m.logged.is_empty() && m.written.is_empty(), "{m:?}");
+    // Extent 2 trimmed whole: unmapped, its places given back.
+    vol.discard(2 * EXTENT, EXTENT, false, false, false)
+        .expect("trim extent 2");
+    model[2 * EXTENT as usize..3 * EXTENT as usize].fill(0);
+    assert_eq!(vol.mapping(2), None);
+    assert_reads(&vol, &model, "whole extents zeroed and trimmed");
+    vol.flush().expect("flush");
+    let u = vol.usage();
+    assert_eq!(
+        (u.logged_blocks, u.log.used, u.log.segments),
+        (3, 3, 1),
+        "{u:?}"
+    );
+    assert_accounting(&vol, 24);
+
+    // Trimmed blocks written again land in the log anew.
+    put(&vol, &mut model, at(0, 3), &pattern(4, BLK as usize));
+    put(&vol, &mut model, at(1, 8) + 5, &pattern(5, 10));
+    assert_eq!(logged_blocks(&vol, 0), vec![2, 3, 5, 6]);
+    assert_eq!(logged_blocks(&vol, 1), vec![8]);
+    assert_reads(&vol, &model, "rewritten after trim");
+    // Once everything logged is gone the segment goes back to the SSD.
+    vol.discard(0, 2 * EXTENT, false, false, false)
+        .expect("trim 0 and 1");
+    model[..2 * EXTENT as usize].fill(0);
+    vol.flush().expect("flush");
+    assert_eq!(vol.usage().log.segments, 0);
+    assert_eq!(vol.free_slots(Tier::Ssd), ssd_free);
+    vol.close().expect("close");
+    drop(vol);
+    let vol = bed.open();
+    assert_reads(&vol, &model, "after a restart");
+    assert_accounting(&vol, 24);
+}
+
+#[test]
+fn write_back_empties_the_log_and_gives_its_segments_back() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+    hdd_extent(&vol, &mut model, 1, BLK, &pattern(2, 2 * BLK as usize));
+    hdd_extent(&vol, &mut model, 2, 0, &pattern(3, EXTENT as usize));
+    let ssd_free = vol.free_slots(Tier::Ssd);
+    // 4 neighbouring blocks in one write, a partial block into an
+    // unwritten one, 11 blocks of extent 2, then one more: two segments.
+    put(&vol, &mut model, at(0, 4), &pattern(4, 4 * BLK as usize));
+    put(&vol, &mut model, at(1, 9) + 17, &pattern(5, 99));
+    put(&vol, &mut model, at(2, 0), &pattern(6, 11 * BLK as usize));
+    put(&vol, &mut model, at(0, 12), &pattern(7, BLK as usize));
+    let u = vol.usage();
+    assert_eq!((u.logged_blocks, u.log.segments), (17, 2), "{u:?}");
+    assert_eq!(vol.free_slots(Tier::Ssd), ssd_free - 2);
+    // Logged extents come in HDD slot order (the elevator order).
+    let order = vol.logged_extents();
+    let slots: Vec<u32> = order
+        .iter()
+        .map(|(e, _)| vol.mapping(*e).expect("mapped").loc.slot)
+        .collect();
+    assert!(
+        slots.windows(2).all(|w| w[0] < w[1]),
+        "{order:?} at {slots:?}"
+    );
+    assert_eq!(order.iter().map(|(_, n)| n).sum::<u32>(), 17);
+    vol.flush().expect("flush");
+
+    let (hdd0, writes0) = (
+        dev_written(&vol, Tier::Hdd),
+        Stats::get(&vol.stats().dev_writes[Tier::Hdd.index()]),
+    );
+    let mut out = write_back(&vol, &[0, 1, 2]);
+    out.sort_by_key(|(e, _)| *e);
+    assert_eq!(
+        out,
+        vec![
+            (0, MoveOutcome::Moved(5 * BLK)),
+            (1, MoveOutcome::Moved(BLK)),
+            (2, MoveOutcome::Moved(11 * BLK))
+        ]
+    );
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, 17 * BLK);
+    // Extent 0's blocks 4..=7 sit in neighbouring places: one write; the
+    // blocks of extent 2 likewise; block 12 and extent 1's block alone.
+    assert_eq!(
+        Stats::get(&vol.stats().dev_writes[Tier::Hdd.index()]) - writes0,
+        4
+    );
+    let u = vol.usage();
+    assert_eq!(
+        (u.logged_blocks, u.log.segments, u.log.used),
+        (0, 0, 0),
+        "{u:?}"
+    );
+    assert_eq!(vol.free_slots(Tier::Ssd), ssd_free, "segments given back");
+    assert_eq!(Stats::get(&vol.stats().written_back_blocks), 17);
+    assert!(vol.logged_extents().is_empty());
+    // The data is home: the HDD slots hold it, and reads no longer touch
+    // the SSD.
+    let hdd = bed.hdd.snapshot();
+    for e in 0..3u64 {
+        let m = vol.mapping(e).expect("mapped");
+        assert_eq!(m.loc.tier, Tier::Hdd);
+        let base = vol.geometry().slot_offset(m.loc.slot) as usize;
+        for b in 0..16u64 {
+            if m.written.get(b as u32) {
+                let want = &model[at(e, b) as usize..at(e, b + 1) as usize];
+                assert!(
+                    &hdd[base + (b * BLK) as usize..base + ((b + 1) * BLK) as usize] == want,
+                    "extent {e} block {b} is not home on the HDD"
+                );
+            }
+        }
+    }
+    let ssd_reads = dev_read(&vol, Tier::Ssd);
+    assert_reads(&vol, &model, "after write-back");
+    assert_eq!(
+        dev_read(&vol, Tier::Ssd),
+        ssd_reads,
+        "a read went to the SSD"
+    );
+    assert_eq!(write_back(&vol, &[0, 1, 2]).len(), 3);
+    assert!(write_back(&vol, &[0, 1, 2])
+        .iter()
+        .all(|(_, o)| *o == MoveOutcome::Skipped));
+    assert_accounting(&vol, 24);
+    // Durable without another flush: write-back flushed its mappings.
+    drop(vol);
+    bed.power_cut();
+    let vol = bed.open();
+    assert_eq!(vol.usage().logged_blocks, 0);
+    assert_reads(&vol, &model, "after a power cut");
+    assert_accounting(&vol, 24);
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    Close,
+    Drop,
+    DropAndPowerCut,
+}
+
+#[test]
+fn logged_data_survives_restarts_clean_or_not() {
+    for stop in [Stop::Close, Stop::Drop, Stop::DropAndPowerCut] {
+        let bed = Bed::new(8, 16, 2);
+        let vol = bed.open();
+        let mut model = model_of(&vol);
+        hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+        hdd_extent(&vol, &mut model, 1, 0, &pattern(2, 5 * BLK as usize));
+        put(&vol, &mut model, at(0, 1), &pattern(3, 3 * BLK as usize));
+        put(&vol, &mut model, at(1, 2) + 7, &pattern(4, 5000));
+        put(&vol, &mut model, at(1, 10), &pattern(5, BLK as usize));
+        put(&vol, &mut model, at(0, 2) + 1, &pattern(6, 10));
+        let before: Vec<_> = (0..2).map(|e| vol.mapping(e)).collect();
+        let usage = vol.usage();
+        match stop {
+            Stop::Close => vol.close().expect("close"),
+            Stop::Drop | Stop::DropAndPowerCut => vol.flush().expect("flush"),
+        }
+        drop(vol);
+        if let Stop::DropAndPowerCut = stop {
+            bed.power_cut();
+        }
+        let vol = bed.open();
+        let what = format!("{stop:?}");
+        assert_reads(&vol, &model, &what);
+        let after: Vec<_> = (0..2).map(|e| vol.mapping(e)).collect();
+        assert_eq!(after, before, "{what}: mappings changed across the restart");
+        let u = vol.usage();
+        assert_eq!(
+            (u.logged_blocks, u.log.segments, u.log.used),
+            (usage.logged_blocks, usage.log.segments, usage.log.used),
+            "{what}: {u:?}"
+        );
+        assert_accounting(&vol, 24);
+
+        // After the restart: a logged block keeps its place, a new block
+        // gets a place nobody else holds.
+        let place = vol.mapping(0).expect("mapped").logged_at(2);
+        put(&vol, &mut model, at(0, 2), &pattern(7, BLK as usize));
+        assert_eq!(
+            vol.mapping(0).expect("mapped").logged_at(2),
+            place,
+            "{what}"
+        );
+        put(&vol, &mut model, at(0, 9), &pattern(8, 2 * BLK as usize));
+        put(&vol, &mut model, at(1, 14) + 3, &pattern(9, 4));
+        let mut places: Vec<_> = (0..2)
+            .flat_map(|e| vol.mapping(e).expect("mapped").logged)
+            .map(|l| l.at)
+            .collect();
+        let n = places.len();
+        places.sort();
+        places.dedup();
+        assert_eq!(places.len(), n, "{what}: a log place is used twice");
+        assert_reads(&vol, &model, &format!("{what}: written after the restart"));
+        let out = write_back(&vol, &[0, 1]);
+        assert!(
+            out.iter().all(|(_, o)| matches!(o, MoveOutcome::Moved(_))),
+            "{what}: {out:?}"
+        );
+        assert_eq!(vol.usage().log.segments, 0, "{what}");
+        assert_reads(&vol, &model, &format!("{what}: after write-back"));
+        drop(vol);
+        bed.power_cut();
+        let vol = bed.open();
+        assert_reads(
+            &vol,
+            &model,
+            &format!("{what}: after write-back and a power cut"),
+        );
+        assert_accounting(&vol, 24);
+    }
+}
+
+#[test]
+fn sequential_streams_and_hdd_pinned_extents_bypass_the_log() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+    hdd_extent(&vol, &mut model, 1, 0, &pattern(2, EXTENT as usize));
+    // The test heat config calls a stream sequential past 4 extents.
+    let seq = IoHint {
+        seq_run: 4 * EXTENT + 1,
+    };
+    let not_seq = IoHint {
+        seq_run: 4 * EXTENT,
+    };
+    let write = |model: &mut Vec<u8>, off: u64, data: &[u8], hint: IoHint| {
+        vol.write_hinted(off, data, false, hint).expect("write");
+        model[off as usize..off as usize + data.len()].copy_from_slice(data);
+    };
+
+    let ssd0 = dev_written(&vol, Tier::Ssd);
+    write(&mut model, at(0, 0), &pattern(3, 4 * BLK as usize), seq);
+    assert!(
+        logged_blocks(&vol, 0).is_empty(),
+        "a long stream was logged"
+    );
+    assert_eq!(dev_written(&vol, Tier::Ssd), ssd0);
+    write(&mut model, at(0, 4), &pattern(4, BLK as usize), not_seq);
+    assert_eq!(
+        logged_blocks(&vol, 0),
+        vec![4],
+        "a short stream bypassed the log"
+    );
+    // A stream over a logged block: the logged block is written in the log
+    // (its HDD copy is older), its neighbours on the HDD.
+    let hdd0 = dev_written(&vol, Tier::Hdd);
+    write(
+        &mut model,
+        at(0, 3) + 100,
+        &pattern(5, 2 * BLK as usize),
+        seq,
+    );
+    assert_eq!(logged_blocks(&vol, 0), vec![4]);
+    // Blocks 3 and 5 take 3996 + 100 bytes in place; block 4 the log.
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, BLK);
+    assert_reads(&vol, &model, "a stream over a logged block");
+
+    // Extent 1: one block logged, then pinned to the HDD.
+    put(&vol, &mut model, at(1, 6), &pattern(6, BLK as usize));
+    vol.pin(EXTENT, EXTENT, Some(Tier::Hdd)).expect("pin");
+    let ssd0 = dev_written(&vol, Tier::Ssd);
+    put(&vol, &mut model, at(1, 0), &pattern(7, 2 * BLK as usize));
+    assert_eq!(
+        logged_blocks(&vol, 1),
+        vec![6],
+        "a pinned extent was logged"
+    );
+    assert_eq!(dev_written(&vol, Tier::Ssd), ssd0);
+    put(
+        &vol,
+        &mut model,
+        at(1, 5) + 1,
+        &pattern(8, 2 * BLK as usize),
+    );
+    assert_eq!(logged_blocks(&vol, 1), vec![6]);
+    assert_reads(&vol, &model, "writes to a pinned extent");
+    // Unpinned, it takes the log again.
+    vol.pin(EXTENT, EXTENT, None).expect("unpin");
+    put(&vol, &mut model, at(1, 9), &pattern(9, BLK as usize));
+    assert_eq!(logged_blocks(&vol, 1), vec![6, 9]);
+    vol.close().expect("close");
+    drop(vol);
+    let vol = bed.open();
+    assert_reads(&vol, &model, "after a restart");
+    assert_accounting(&vol, 24);
+}
+
+#[test]
+fn promotion_of_a_partly_logged_extent_has_every_block_right() {
+    for shadows in [true, false] {
+        let bed = Bed::new(8, 16, 2);
+        let vol = bed.open();
+        vol.set_shadows(shadows);
+        let mut model = model_of(&vol);
+        // Blocks 0..=9 written on the HDD, 10..=15 never written.
+        hdd_extent(&vol, &mut model, 0, 0, &pattern(1, 10 * BLK as usize));
+        let hdd_slot = vol.mapping(0).expect("mapped").loc.slot;
+        put(&vol, &mut model, at(0, 2), &pattern(2, BLK as usize));
+        put(&vol, &mut model, at(0, 5) + 1000, &pattern(3, 10));
+        put(&vol, &mut model, at(0, 9) + 4000, &pattern(4, 500));
+        put(&vol, &mut model, at(0, 12) + 3, &pattern(5, 100));
+        assert_eq!(logged_blocks(&vol, 0), vec![2, 5, 9, 10, 12]);
+        vol.flush().expect("flush");
+        let ssd_free = vol.free_slots(Tier::Ssd);
+        let hdd_free = vol.free_slots(Tier::Hdd);
+        let what = format!("shadows {shadows}");
+
+        let out = migrate(&vol, 0, Tier::Ssd);
+        // 12 written blocks copied (the logged ones from the log).
+        assert_eq!(out, MoveOutcome::Moved(12 * BLK), "{what}");
+        let m = vol.mapping(0).expect("mapped");
+        assert_eq!(m.loc.tier, Tier::Ssd, "{what}");
+        assert!(m.logged.is_empty(), "{what}: {m:?}");
+        let u = vol.usage();
+        assert_eq!(
+            (u.log.segments, u.log.used, u.logged_blocks),
+            (0, 0, 0),
+            "{what}"
+        );
+        // The log's segment came back, the new slot went: even.
+        assert_eq!(vol.free_slots(Tier::Ssd), ssd_free, "{what}");
+        let written: Vec<u32> = (0..16).filter(|b| m.written.get(*b)).collect();
+        assert_eq!(
+            written,
+            vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12],
+            "{what}"
+        );
+        match &m.shadow {
+            Some(s) => {
+                assert!(shadows, "a shadow with shadows off");
+                assert_eq!(s.slot, hdd_slot);
+                let stale: Vec<u32> = (0..16).filter(|b| s.stale.get(*b)).collect();
+                assert_eq!(stale, vec![2, 5, 9, 10, 12], "the logged blocks are stale");
+                assert_eq!(vol.free_slots(Tier::Hdd), hdd_free);
+            }
+            None => {
+                assert!(!shadows, "no shadow kept");
+                assert_eq!(vol.free_slots(Tier::Hdd), hdd_free + 1);
+            }
+        }
+        assert_reads(&vol, &model, &format!("{what}: promoted"));
+        vol.close().expect("close");
+        drop(vol);
+        let vol = bed.open();
+        assert_eq!(
+            vol.mapping(0),
+            Some(m),
+            "{what}: the mapping after a restart"
+        );
+        assert_reads(&vol, &model, &format!("{what}: promoted, restarted"));
+
+        // Back to the HDD: with the shadow only the stale blocks are written.
+        let hdd0 = dev_written(&vol, Tier::Hdd);
+        let out = migrate(&vol, 0, Tier::Hdd);
+        let copied = if shadows { 5 } else { 12 };
+        assert_eq!(out, MoveOutcome::Moved(copied * BLK), "{what}");
+        assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, copied * BLK, "{what}");
+        assert_reads(&vol, &model, &format!("{what}: demoted again"));
+        let m = vol.mapping(0).expect("mapped");
+        let base = vol.geometry().slot_offset(m.loc.slot) as usize;
+        let hdd = bed.hdd.snapshot();
+        for b in written {
+            let b = u64::from(b);
+            assert!(
+                hdd[base + (b * BLK) as usize..base + ((b + 1) * BLK) as usize]
+                    == model[at(0, b) as usize..at(0, b + 1) as usize],
+                "{what}: block {b} on the HDD"
+            );
+        }
+        assert_accounting(&vol, 24);
+    }
+}
