@@ -166,9 +166,11 @@ struct Item {
     watched: bool,
     /// Whether the promotion keeps the HDD slot as a shadow.
     keep: bool,
-    /// The copy writes into the extent's own live slot (write-back): it
-    /// runs under the extent's read lock, so no foreground change of the
-    /// mapping (which could write those places) overlaps it.
+    /// The copy writes into a slot the extent's mapping owns (its own live
+    /// slot for a write-back, its shadow for a demotion): it runs under the
+    /// extent's read lock, so no foreground change of the mapping overlaps
+    /// it (which could write those places, or drop the shadow and give its
+    /// slot to another extent before the copy writes into it).
     in_place: bool,
 }
 
@@ -318,7 +320,7 @@ impl Volume {
                     saved: 0,
                     watched: goal == Goal::Ssd && m.loc.tier == Tier::Hdd,
                     keep: false,
-                    in_place: goal == Goal::WriteBack,
+                    in_place: goal == Goal::WriteBack || (goal == Goal::Hdd && m.shadow.is_some()),
                 },
                 need,
             ));
