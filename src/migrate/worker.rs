@@ -480,7 +480,9 @@ impl Migrator {
             let round = catch_unwind(AssertUnwindSafe(|| self.run_round()));
             more = matches!(&round, Ok(r) if r.more_waiting());
             match round {
-                Ok(r) if r.moved + r.errors + r.raced > 0 => debug!(?r, "migration round"),
+                Ok(r) if r.moved + r.errors + r.raced + r.written_back + r.shadows_dropped > 0 => {
+                    debug!(?r, "migration round")
+                }
                 Ok(_) => {}
                 Err(_) => {
                     self.panics.fetch_add(1, Ordering::Relaxed);
