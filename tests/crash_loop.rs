@@ -13,9 +13,17 @@
 //! hold its last flushed value or one of the values written after that
 //! flush, never anything else (never data that was not written there).
 //!
+//! Now and then the client goes quiet for a few migration rounds, so the
+//! migrator sees an idle volume and writes logged blocks back from the SSD
+//! write log: the kills land in writes to HDD extents (the log), in
+//! write-backs, promotions and demotions. After the loop the test asserts
+//! that kills found blocks in the write log (read from a copy of the
+//! metadata store) and that rounds wrote logged blocks back.
+//!
 //! `TIERD_CRASH_CYCLES` (default 60) sets the number of kill cycles
-//! (`TIERD_SOAK_CYCLES` too, for scripts/soak.sh); `TIERD_CRASH_SEED` the
-//! seed (default fixed, printed on failure).
+//! (`TIERD_SOAK_CYCLES` too, for scripts/soak.sh and
+//! scripts/soak-crash-loop.sh); `TIERD_CRASH_SEED` the seed (decimal or
+//! `0x` hex; default fixed, printed at the start).
 
 mod common;
 mod durability_model;
@@ -38,11 +46,20 @@ const BLOCKS_PER_EXTENT: u64 = MIB / BLOCK;
 const AREA_BLOCKS: u64 = AREA_EXTENTS * BLOCKS_PER_EXTENT;
 /// A hot set that starts on the HDD (written last) and gets promoted.
 const HOT: std::ops::Range<u64> = 80..88;
+/// Per request, the chance that the client goes quiet (once per cycle) for
+/// [`QUIET`]: four migration rounds, so at least two see an idle volume.
+const QUIET_CHANCE: f64 = 0.001;
+const QUIET: Duration = Duration::from_millis(400);
 
+/// A number from the environment, decimal or `0x` hex (the seed is
+/// printed in hex).
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().map(|v| {
-        v.parse()
-            .unwrap_or_else(|e| panic!("{name}={v:?} is not a number: {e}"))
+        match v.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => v.parse(),
+        }
+        .unwrap_or_else(|e| panic!("{name}={v:?} is not a number: {e}"))
     })
 }
 
@@ -81,6 +98,16 @@ fn sigkill(pid: u32) {
 
 struct Figures {
     cycles: u64,
+    /// Kills that found blocks in the SSD write log (in the durable
+    /// records), and how many blocks in all.
+    kills_with_logged: u64,
+    logged_at_kills: u64,
+    /// Kills that found shadows recorded.
+    kills_with_shadows: u64,
+    /// Migration rounds that wrote logged blocks back.
+    write_back_rounds: u64,
+    /// Quiet spells of the client (idle rounds for the write-back).
+    quiet_spells: u64,
     writes: u64,
     fua: u64,
     flushes: u64,
@@ -103,7 +130,17 @@ fn workload(
 ) {
     let deadline = Instant::now() + max;
     let mut buf = vec![0u8; 16 * BLOCK as usize];
+    let mut quiet = false;
     while Instant::now() < deadline {
+        if !quiet && rng.gen_bool(QUIET_CHANCE) {
+            // The client goes quiet for a few migration rounds: the
+            // migrator sees an idle foreground and writes logged blocks
+            // back (the kill may well land in the middle of that).
+            quiet = true;
+            fig.quiet_spells += 1;
+            std::thread::sleep(QUIET);
+            continue;
+        }
         let hot = rng.gen_bool(0.6);
         let blk = if hot {
             rng.gen_range(HOT.start * BLOCKS_PER_EXTENT..HOT.end * BLOCKS_PER_EXTENT)
@@ -237,6 +274,11 @@ fn sigkill_at_random_moments_never_loses_flushed_data_or_invents_data() {
     let mut next_id = 1u64;
     let mut fig = Figures {
         cycles: 0,
+        kills_with_logged: 0,
+        logged_at_kills: 0,
+        kills_with_shadows: 0,
+        write_back_rounds: 0,
+        quiet_spells: 0,
         writes: 0,
         fua: 0,
         flushes: 0,
@@ -295,13 +337,15 @@ fn sigkill_at_random_moments_never_loses_flushed_data_or_invents_data() {
         armed.store(false, Ordering::SeqCst);
         killer.join().expect("killer thread");
         drop(c);
-        let log = d.log();
-        moved_total += log
-            .get(log_before..)
-            .unwrap_or("")
-            .matches(" moved")
-            .count();
         d.kill9();
+        let log = d.log();
+        let this_cycle = log.get(log_before..).unwrap_or("");
+        moved_total += this_cycle.matches(" moved").count();
+        fig.write_back_rounds += rounds_with(this_cycle, "written_back");
+        let (logged, shadows) = recorded_states(d.data_dir());
+        fig.logged_at_kills += logged;
+        fig.kills_with_logged += u64::from(logged > 0);
+        fig.kills_with_shadows += u64::from(shadows > 0);
         d.restart();
         let mut c =
             Nbd::connect(&d.addr()).unwrap_or_else(|e| panic!("cycle {cycle}: reconnect: {e}"));
@@ -311,7 +355,7 @@ fn sigkill_at_random_moments_never_loses_flushed_data_or_invents_data() {
     }
     d.terminate();
     eprintln!(
-        "crash loop passed: {} kill cycles in {:.0?}; {} writes ({} FUA), {} trims, {} flushes, {} live reads checked; {} blocks verified after restarts; unflushed blocks after a kill: {} kept their last write, {} older; {} migrations logged",
+        "crash loop passed: {} kill cycles in {:.0?}; {} writes ({} FUA), {} trims, {} flushes, {} live reads checked; {} blocks verified after restarts; unflushed blocks after a kill: {} kept their last write, {} older; {} migrations logged; {} kills found blocks in the write log ({} in all), {} found shadows; {} rounds wrote logged blocks back ({} quiet spells)",
         fig.cycles,
         started.elapsed(),
         fig.writes,
@@ -322,7 +366,12 @@ fn sigkill_at_random_moments_never_loses_flushed_data_or_invents_data() {
         fig.blocks_checked,
         fig.unflushed_kept,
         fig.unflushed_lost,
-        moved_total
+        moved_total,
+        fig.kills_with_logged,
+        fig.logged_at_kills,
+        fig.kills_with_shadows,
+        fig.write_back_rounds,
+        fig.quiet_spells
     );
     assert_eq!(fig.cycles, cycles);
     assert!(
@@ -333,4 +382,59 @@ fn sigkill_at_random_moments_never_loses_flushed_data_or_invents_data() {
         moved_total > 0,
         "no migration happened during the crash loop: the test did not exercise moving extents"
     );
+    assert!(
+        fig.kills_with_logged > 0,
+        "no kill found a block in the SSD write log: writes to HDD extents were not exercised"
+    );
+    assert!(
+        fig.write_back_rounds > 0,
+        "no migration round wrote logged blocks back to the HDD"
+    );
+}
+
+/// Debug lines of migration rounds in `log` whose `field` is not zero.
+fn rounds_with(log: &str, field: &str) -> u64 {
+    let pat = format!("{field}: ");
+    log.lines()
+        .filter(|l| l.contains("migration round"))
+        .filter(|l| {
+            l.split(&pat)
+                .nth(1)
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n > 0)
+        })
+        .count() as u64
+}
+
+/// Logged blocks and shadows in the extent records of the (stopped)
+/// daemon's metadata store, read from a copy so the store itself is left
+/// as the crash left it.
+fn recorded_states(data_dir: &std::path::Path) -> (u64, u64) {
+    fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+        std::fs::create_dir_all(to).expect("creating the store copy");
+        for e in std::fs::read_dir(from).expect("listing the metadata store") {
+            let e = e.expect("store entry");
+            let target = to.join(e.file_name());
+            if e.file_type().expect("file type").is_dir() {
+                copy_dir(&e.path(), &target);
+            } else {
+                std::fs::copy(e.path(), &target).expect("copying a store file");
+            }
+        }
+    }
+    let scratch = common::tempdir();
+    let copy = scratch.path().join("meta");
+    copy_dir(&data_dir.join("meta"), &copy);
+    let store = tierd::store::SledStore::open(&copy).expect("opening the store copy");
+    let records =
+        tierd::store::MetaStore::load_extents(&store).expect("loading the extent records");
+    let (mut logged, mut shadows) = (0, 0);
+    for (e, rec) in records {
+        let m = tierd::volume::Mapping::decode(&rec, BLOCKS_PER_EXTENT as u32)
+            .unwrap_or_else(|err| panic!("extent {e}: {err}"));
+        logged += m.logged.len() as u64;
+        shadows += u64::from(m.shadow.is_some());
+    }
+    (logged, shadows)
 }
