@@ -373,15 +373,14 @@ fn under_hdd_pressure_shadows_give_way_and_new_extents_never_run_out_of_space() 
         }
         assert_accounting(&vol, 24);
     }
+    // Every logical extent is written: with 22 of 24 slots mapped, at least
+    // four of the six shadows had to give way (dropped, or their extents
+    // demoted into them), and no write failed on the way.
     let u = vol.usage();
     assert_eq!(u.mapped[0] + u.mapped[1], extents, "{u:?}");
     assert!(
         u.shadows + u64::from(u.log.segments) <= 24 - extents,
         "more second copies than spare slots: {u:?}"
-    );
-    assert!(
-        Stats::get(&vol.stats().shadows_dropped) >= 4,
-        "shadows did not give way: {u:?}"
     );
     assert_reads(&vol, &model, "the volume written full");
     vol.close().expect("close");
