@@ -34,17 +34,20 @@ one() { # order
   done
   sleep 3
   local jobs
-  if [ "$1" = hdd-first ]; then jobs="hdd ssd"; else jobs="ssd hdd"; fi
+  if [ "$1" = hdd-first ]; then jobs="hdd ssd hdd4 ssd4"; else jobs="ssd hdd ssd4 hdd4"; fi
   for j in $jobs; do
-    local off=0
-    [ "$j" = hdd ] && off=2g
+    local off=0 size=512m conn=1 qd=4
+    case $j in hdd*) off=2g ;; ssd*) size=256m ;; esac
+    # The *4 jobs: four connections (fio's nbd engine opens one per job),
+    # queue depth 1 each.
+    case $j in *4) conn=4 qd=1 ;; esac
     fio --name=$j --ioengine=nbd --uri=nbd://127.0.0.1:$PORT --rw=randwrite --bs=4k \
-      --iodepth=4 --offset=$off --size=512m --time_based --runtime="$RUNTIME" \
-      --output="$dir/$j.json" --output-format=json >/dev/null
+      --iodepth=$qd --numjobs=$conn --group_reporting --offset=$off --size=$size \
+      --time_based --runtime="$RUNTIME" --output="$dir/$j.json" --output-format=json >/dev/null
     python3 -c "
 import json; d=json.load(open('$dir/$j.json'))['jobs'][0]['write']
-print('$LABEL', '$1', '$j-region randwrite-4k-qd4', round(d['iops']))" | tee -a "$dir/res"
-    if [ "$j" = hdd ]; then
+print('$LABEL', '$1', '$j-region randwrite-4k', 'conns $conn qd $qd', round(d['iops']))" | tee -a "$dir/res"
+    if [ "$j" = hdd ] || [ "$j" = hdd4 ]; then
       "$TIERCTL" --control "$dir/control.sock" status 2>/dev/null | grep -E '^(write log|shadows)' | sed 's/^/  /' || true
     fi
     sleep 2
@@ -52,7 +55,7 @@ print('$LABEL', '$1', '$j-region randwrite-4k-qd4', round(d['iops']))" | tee -a 
   python3 - "$dir/res" <<'PY'
 import sys
 r = {l.split()[2].split('-')[0]: float(l.split()[-1]) for l in open(sys.argv[1])}
-print(f"  ratio hdd-region/ssd-region: {r['hdd'] / r['ssd']:.2f}")
+print(f"  ratio hdd-region/ssd-region: 1 connection QD 4 {r['hdd'] / r['ssd']:.2f}, 4 connections {r['hdd4'] / r['ssd4']:.2f}")
 PY
   kill -TERM $pid; wait $pid 2>/dev/null || true
   rm -rf "$dir"

@@ -1,6 +1,7 @@
 //! `tierd bench --json --seed 1` (the quick preset, virtual clock) prints
-//! exactly the record in benchmarks/bench-quick-seed1.json, recorded from the
-//! code before the bench became its own crate: the virtual run is
+//! exactly the record in benchmarks/bench-quick-seed1.json, recorded when
+//! the SSD write log and shadows landed (re-record it, with the reason in
+//! the commit, whenever behaviour changes on purpose): the virtual run is
 //! deterministic, so any difference is a behaviour change. Only `wall_secs`
 //! (the run's wall-clock time) is ignored.
 //!
