@@ -60,6 +60,12 @@ pub struct Config {
     /// Serve the volume read-only: writes, trims and zeroing get EPERM and
     /// clients see `NBD_FLAG_READ_ONLY`. Default false.
     pub read_only: bool,
+    /// Writes to data on the HDD land in the SSD write log (flash speed;
+    /// written back later). Default true.
+    pub write_log: bool,
+    /// Promotions keep the extent's HDD copy while the HDD has room, so
+    /// demoting unchanged data writes nothing. Default true.
+    pub shadows: bool,
     /// NBD connections served at once; more wait in the listen backlog.
     /// Default 256.
     pub max_connections: usize,
@@ -107,6 +113,8 @@ impl Default for Config {
             ssd_model: None,
             hdd_model: None,
             read_only: false,
+            write_log: true,
+            shadows: true,
             max_connections: 256,
             handshake_timeout: std::time::Duration::from_secs(30),
             tls_cert: None,
@@ -761,6 +769,21 @@ mod tests {
         );
         let e = Config::load(None, env(&[("TIERD_MIGRATE__INTERVAL", "0")]), &[]).unwrap_err();
         assert!(e.to_string().contains("migrate.interval"), "{e}");
+    }
+
+    #[test]
+    fn the_write_log_and_shadows_are_on_unless_switched_off() {
+        let c = Config::default();
+        assert!(c.write_log && c.shadows);
+        let c = Config::load(
+            None,
+            env(&[("TIERD_WRITE_LOG", "false"), ("TIERD_SHADOWS", "false")]),
+            &[],
+        )
+        .unwrap();
+        assert!(!c.write_log && !c.shadows);
+        let e = Config::load(None, env(&[("TIERD_WRITE_LOG", "sometimes")]), &[]).unwrap_err();
+        assert!(e.to_string().contains("write-log"), "{e}");
     }
 
     #[test]

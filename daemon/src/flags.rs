@@ -99,6 +99,16 @@ const FLAGS: &[Flag] = {
             "Serve the volume read-only (writes get EPERM)",
         ),
         flag(
+            "write-log",
+            Value("BOOL"),
+            "Let writes to data on the HDD land in the SSD write log (default true)",
+        ),
+        flag(
+            "shadows",
+            Value("BOOL"),
+            "Keep a promoted extent's HDD copy while the HDD has room (default true)",
+        ),
+        flag(
             "max-connections",
             Value("N"),
             "NBD connections served at once (default 256)",

@@ -231,6 +231,8 @@ pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
     };
     let opts = VolumeOptions {
         heat: cfg.heat,
+        write_log: cfg.write_log,
+        shadows: cfg.shadows,
         ..VolumeOptions::default()
     };
     Ok((
