@@ -245,7 +245,7 @@ pub fn collect(live: &Live) {
     gauge!("tierd_reserve_target_bytes").set((live.migrator.reserve_extents() * es) as f64);
     gauge!("tierd_reserve_format_bytes").set((u64::from(geo.reserve_extents) * es) as f64);
     gauge!("tierd_pins").set(vol.pins().len() as f64);
-    let blk = tierd_block();
+    let blk = crate::volume::BLOCK_SIZE;
     gauge!("tierd_write_log_bytes").set((u64::from(usage.log.segments) * es) as f64);
     gauge!("tierd_write_log_capacity_bytes").set((u64::from(usage.log.cap) * es) as f64);
     gauge!("tierd_write_log_dirty_bytes").set((usage.logged_blocks * blk) as f64);
@@ -259,10 +259,6 @@ pub fn collect(live: &Live) {
     gauge!("tierd_nbd_connections").set(live.probe.count() as f64);
     gauge!("tierd_inflight_requests").set(vol.inflight() as f64);
     gauge!("tierd_up").set(1.0);
-}
-
-fn tierd_block() -> u64 {
-    crate::volume::BLOCK_SIZE
 }
 
 /// Collect and render the exposition text.

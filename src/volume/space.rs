@@ -39,6 +39,34 @@ impl Volume {
         Ok(loc)
     }
 
+    /// Mapped extents other than `except` that `pick` chooses, coldest first
+    /// (hottest first with `hottest`); extents busy right now are skipped.
+    fn extents_by_heat(
+        &self,
+        except: Option<u64>,
+        hottest: bool,
+        pick: impl Fn(u64, &super::Mapping) -> bool,
+    ) -> Vec<u64> {
+        let mut found: Vec<(f32, u64)> = self
+            .map
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i as u64, e))
+            .filter(|(i, _)| Some(*i) != except)
+            .filter_map(|(i, e)| {
+                let g = e.try_read()?;
+                pick(i, g.as_ref()?).then(|| (self.heat.score(i), i))
+            })
+            .collect();
+        // Stable: equal heat keeps extent order either way.
+        if hottest {
+            found.sort_by(|a, b| b.0.total_cmp(&a.0));
+        } else {
+            found.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        found.into_iter().map(|(_, e)| e).collect()
+    }
+
     /// Drop up to `max` shadows (the HDD copies SSD extents keep), coolest
     /// extents' last (they are the likeliest to be demoted, which a shadow
     /// makes free), skipping `except` and any extent busy right now. Their
@@ -47,20 +75,9 @@ impl Volume {
         if max == 0 {
             return Ok(0);
         }
-        let mut with: Vec<(f32, u64)> = self
-            .map
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i as u64) != except)
-            .filter_map(|(i, e)| {
-                let g = e.try_read()?;
-                g.as_ref()?.shadow.as_ref()?;
-                Some((self.heat.score(i as u64), i as u64))
-            })
-            .collect();
-        with.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let with = self.extents_by_heat(except, true, |_, m| m.shadow.is_some());
         let mut dropped = 0;
-        for (_, extent) in with {
+        for extent in with {
             if dropped == max {
                 break;
             }
@@ -101,27 +118,17 @@ impl Volume {
                 .as_ref()
                 .is_some_and(|s| (0..blocks).all(|b| !(m.written.get(b) && s.stale.get(b))))
         };
-        let mut found: Vec<(f32, u64)> = self
-            .map
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i as u64) != except)
-            .filter_map(|(i, e)| {
-                let g = e.try_read()?;
-                let m = g.as_ref()?;
-                (clean(m) && self.pin_of(i as u64) != Some(Tier::Ssd))
-                    .then(|| (self.heat.score(i as u64), i as u64))
-            })
-            .collect();
+        let found = self.extents_by_heat(except, false, |e, m| {
+            clean(m) && self.pin_of(e) != Some(Tier::Ssd)
+        });
         if found.is_empty() {
             // Until a promotion leaves a shadow again, writes need not look.
             self.clean_shadows.store(false, Ordering::Relaxed);
             return Ok(0);
         }
-        found.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut done = 0;
         let at = self.clock.unix_secs();
-        for (_, extent) in found {
+        for extent in found {
             if done == max {
                 break;
             }

@@ -35,7 +35,8 @@ impl Volume {
         let (first, last) = block_span(p.start, p.len);
         let guard = self.slot_lock(p.extent).try_read()?;
         let m = guard.as_ref()?;
-        if !self.writes_in_place(p.extent, m, first, last, hint) {
+        let way = self.log_way(p.extent, m, hint);
+        if !writes_in_place(m, first, last, way) {
             return None;
         }
         let dev = self.devices.get(m.loc.tier);
@@ -50,38 +51,30 @@ impl Volume {
         Stats::add(&self.stats.dev_writes[i], 1);
         Stats::add(&self.stats.dev_write_bytes[i], data.len() as u64);
         self.dirty[i].store(true, Ordering::Release);
-        self.count_log_full(m, p.extent, hint);
+        self.count_log_full(way);
         drop(guard);
         self.heat.record(offset, data.len() as u64, hint);
         Some(Ok(()))
     }
 
-    /// Whether a write to blocks `first..=last` of `m` goes to its slot with
-    /// no change of the mapping: every block written there, none newer in
-    /// the log, a shadow already stale there, and not a write the log takes.
-    fn writes_in_place(
-        &self,
-        extent: u64,
-        m: &Mapping,
-        first: u32,
-        last: u32,
-        hint: IoHint,
-    ) -> bool {
-        m.written.all(first, last)
-            && m.logged.is_empty()
-            && m.shadow.as_ref().is_none_or(|s| s.stale.all(first, last))
-            && !(m.loc.tier == Tier::Hdd && self.wants_log(extent, hint))
-    }
-
-    /// Whether a write to an HDD extent should land in the SSD write log: the
-    /// log is on and may have room, the extent is not pinned to the HDD, and
-    /// the write is not part of a long sequential stream (those go to the
-    /// HDD at its streaming speed and keep the log for random writes).
-    fn wants_log(&self, extent: u64, hint: IoHint) -> bool {
-        self.log_enabled.load(Ordering::Relaxed)
-            && !self.heat.is_sequential(hint)
-            && self.log_room()
-            && self.pin_of(extent) != Some(Tier::Hdd)
+    /// What the write log does with a write to `m`, decided once per
+    /// write: the log takes it (`Take`), would but has no room (`Full`), or
+    /// it is none of the log's business (`No`: an SSD extent, the log off,
+    /// a long sequential stream — those go to the HDD at its streaming speed
+    /// and keep the log for random writes — or an extent pinned to the HDD).
+    /// The cheap checks come first; the room check takes the log's lock.
+    fn log_way(&self, extent: u64, m: &Mapping, hint: IoHint) -> LogWay {
+        if m.loc.tier != Tier::Hdd
+            || !self.log_enabled.load(Ordering::Relaxed)
+            || self.heat.is_sequential(hint)
+            || self.pin_of(extent) == Some(Tier::Hdd)
+        {
+            LogWay::No
+        } else if self.log_room() {
+            LogWay::Take
+        } else {
+            LogWay::Full
+        }
     }
 
     /// Whether the write log may find a place: a free one, room for a
@@ -91,15 +84,10 @@ impl Volume {
             || (self.log.may_grow() && self.clean_shadows.load(Ordering::Relaxed))
     }
 
-    /// Count a write to HDD extent `m` that the write log would have taken
-    /// but had no room for ([`Stats::log_full`]).
-    fn count_log_full(&self, m: &Mapping, extent: u64, hint: IoHint) {
-        if m.loc.tier == Tier::Hdd
-            && self.log_enabled.load(Ordering::Relaxed)
-            && !self.heat.is_sequential(hint)
-            && self.pin_of(extent) != Some(Tier::Hdd)
-            && !self.log_room()
-        {
+    /// Count a write the write log would have taken but had no room for
+    /// ([`Stats::log_full`]).
+    fn count_log_full(&self, way: LogWay) {
+        if way == LogWay::Full {
             Stats::add(&self.stats.log_full, 1);
         }
     }
@@ -145,12 +133,13 @@ impl Volume {
             // data where this write goes, so the mapping does not change.
             let guard = self.slot_lock(p.extent).read();
             if let Some(m) = guard.as_ref() {
-                if self.writes_in_place(p.extent, m, first, last, hint) {
+                let way = self.log_way(p.extent, m, hint);
+                if writes_in_place(m, first, last, way) {
                     let r = self.shared_write(p.extent, (first, last), || {
                         self.device_write(m.loc, p.start, data)
                     });
                     if r.is_ok() {
-                        self.count_log_full(m, p.extent, hint);
+                        self.count_log_full(way);
                     }
                     return r.map(|()| false);
                 }
@@ -176,11 +165,9 @@ impl Volume {
                     .map(|()| false)
             }
             Some(m) if m.loc.tier == Tier::Hdd => {
-                let use_log = self.wants_log(p.extent, hint);
-                if !use_log {
-                    self.count_log_full(&m, p.extent, hint);
-                }
-                self.write_logged(&mut guard, p, data, m, use_log)
+                let way = self.log_way(p.extent, &m, hint);
+                self.count_log_full(way);
+                self.write_logged(&mut guard, p, data, m, way == LogWay::Take)
             }
             Some(m) => self
                 .write_locked(&mut guard, p, data, m, false)
@@ -479,4 +466,22 @@ impl Volume {
         self.dirty[i].store(true, Ordering::Release);
         Ok(())
     }
+}
+
+/// What the write log does with a write ([`Volume::log_way`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogWay {
+    Take,
+    Full,
+    No,
+}
+
+/// Whether a write to blocks `first..=last` of `m` goes to its slot with no
+/// change of the mapping: every block written there, none newer in the log,
+/// a shadow already stale there, and not a write the log takes.
+fn writes_in_place(m: &Mapping, first: u32, last: u32, way: LogWay) -> bool {
+    m.written.all(first, last)
+        && m.logged.is_empty()
+        && m.shadow.as_ref().is_none_or(|s| s.stale.all(first, last))
+        && way != LogWay::Take
 }
