@@ -333,12 +333,15 @@ impl Bench {
         b.timed = timed;
         if opts.clock == ClockKind::Real {
             b.handle = Some(mig.spawn().map_err(setup("starting the migrator"))?);
-        } else {
+        } else if opts.migrate.enabled {
             b.migrator = Some(mig.clone());
         }
-        // Let the migrator restore the reserve the pre-fill consumed.
-        b.progress("restoring the SSD reserve");
-        b.settle(&mig, &vol);
+        // Let the migrator restore the reserve the pre-fill consumed (a
+        // config's `migrate.enabled = false` runs the hybrid without one).
+        if opts.migrate.enabled {
+            b.progress("restoring the SSD reserve");
+            b.settle(&mig, &vol);
+        }
         Ok(b)
     }
 
