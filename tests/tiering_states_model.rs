@@ -1,7 +1,8 @@
 //! Model-based test of the mapping states of the write log and the clean
 //! shadows, with restarts: seeded random writes (partial blocks, long
 //! streams, inline), reads, trims, zeroes and flushes, mixed with
-//! promotions, demotions, batches, write-backs, dropped shadows, pins,
+//! promotions, demotions, batches, write-backs, dropped shadows,
+//! pre-cleans (SSD extents given an HDD copy), pins,
 //! migrator rounds and restarts of every kind: a clean close, a drop
 //! without a flush (a process kill: the memory devices and store keep
 //! everything), and a flush followed by a power cut. Odd seeds keep to two
@@ -36,6 +37,7 @@ struct Figures {
     free_demotions: u64,
     shadow_saved_blocks: u64,
     shadows_dropped: u64,
+    precleaned: u64,
     moves: u64,
     closes: u64,
     kills: u64,
@@ -54,6 +56,7 @@ impl Figures {
         self.free_demotions += Stats::get(&s.free_demotions);
         self.shadow_saved_blocks += Stats::get(&s.shadow_saved_blocks);
         self.shadows_dropped += Stats::get(&s.shadows_dropped);
+        self.precleaned += Stats::get(&s.precleaned);
     }
 }
 
@@ -238,9 +241,15 @@ fn run(seed: u64, steps: u64) -> Figures {
                     .filter(|(_, o)| matches!(o, MoveOutcome::Moved(_)))
                     .count() as u64;
             }
-            75..=76 => {
+            75 => {
                 vol.drop_shadows(rng.gen_range(1..=3), None)
                     .expect("drop shadows");
+            }
+            76 => {
+                let first = e.min(area - 3);
+                let batch: Vec<u64> = (first..first + 3).collect();
+                tierd::migrate::preclean_batch(&vol, &batch, &mut |_| {})
+                    .unwrap_or_else(|err| panic!("{what}: pre-clean: {err}"));
             }
             77 => {
                 // Pins to the HDD (which the write log must bypass) or none.
@@ -338,6 +347,7 @@ fn random_ops_moves_and_restarts_match_the_model() {
         total.free_demotions += f.free_demotions;
         total.shadow_saved_blocks += f.shadow_saved_blocks;
         total.shadows_dropped += f.shadows_dropped;
+        total.precleaned += f.precleaned;
         total.moves += f.moves;
         total.closes += f.closes;
         total.kills += f.kills;
@@ -354,6 +364,7 @@ fn random_ops_moves_and_restarts_match_the_model() {
     assert!(total.shadow_saved_blocks > 0, "{total:?}");
     assert!(total.free_demotions > 0, "{total:?}");
     assert!(total.shadows_dropped > 0, "{total:?}");
+    assert!(total.precleaned > 0, "{total:?}");
     assert!(
         total.closes > 0 && total.kills > 0 && total.power_cuts > 0,
         "{total:?}"

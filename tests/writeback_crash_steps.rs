@@ -1,7 +1,7 @@
 //! A crash after every step of the copy protocol for the moves of the new
 //! mapping states: a write-back of logged blocks, a demotion into a clean
-//! shadow, a demotion into a shadow with stale blocks, and a promotion of a
-//! partly logged HDD extent. Each is crashed as a process kill (every write
+//! shadow, a demotion into a shadow with stale blocks, a promotion of a
+//! partly logged HDD extent, and a pre-clean (SSD extents given an HDD copy). Each is crashed as a process kill (every write
 //! the OS has survives: the volume is dropped without a flush) and as a
 //! power cut (only synced data and flushed metadata survive). After the
 //! restart every block holds its last flushed value or a later write (after
@@ -42,13 +42,17 @@ enum Case {
     DemoteStale,
     /// Three HDD extents with logged blocks promoted.
     PromoteLogged,
+    /// Three SSD extents with no HDD copy pre-cleaned, some of their
+    /// blocks written after the last flush.
+    Preclean,
 }
 
-const CASES: [Case; 4] = [
+const CASES: [Case; 5] = [
     Case::WriteBack,
     Case::DemoteClean,
     Case::DemoteStale,
     Case::PromoteLogged,
+    Case::Preclean,
 ];
 
 struct Writer {
@@ -105,8 +109,20 @@ fn prepare(case: Case) -> (Bed, Arc<Volume>, Writer) {
     w.write(&vol, 1, 4, 6);
     w.write(&vol, 2, 0, BPE);
     w.flush(&vol);
-    all_to(&vol, Tier::Hdd);
+    if case != Case::Preclean {
+        all_to(&vol, Tier::Hdd);
+    }
     match case {
+        Case::Preclean => {
+            let on_ssd = MOVING.iter().all(|e| tier_of(&vol, *e) == Some(Tier::Ssd));
+            assert!(
+                on_ssd && vol.usage().shadows == 0,
+                "new data lands on the SSD"
+            );
+            // Not flushed.
+            w.write(&vol, 0, 3, 1);
+            w.write(&vol, 2, 5, 2);
+        }
         Case::WriteBack | Case::PromoteLogged => {
             w.write(&vol, 0, 2, 3);
             w.write(&vol, 0, 9, 1);
@@ -148,6 +164,7 @@ fn the_move(case: Case, vol: &Volume) -> Vec<(u64, MoveOutcome)> {
             tierd::migrate::migrate_batch(vol, &batch, Tier::Hdd, &mut |_| {})
         }
         Case::PromoteLogged => tierd::migrate::migrate_batch(vol, &batch, Tier::Ssd, &mut |_| {}),
+        Case::Preclean => tierd::migrate::preclean_batch(vol, &MOVING, &mut |_| {}),
     };
     r.unwrap_or_else(|e| panic!("{case:?}: {e}"))
 }
@@ -247,6 +264,7 @@ fn run(case: Case, step: Option<MoveStep>, power_cut: bool) -> u64 {
             Case::WriteBack => assert_eq!(u.logged_blocks, 0, "{what}"),
             Case::DemoteClean | Case::DemoteStale => assert!(on(Tier::Hdd), "{what}"),
             Case::PromoteLogged => assert!(on(Tier::Ssd) && u.logged_blocks == 0, "{what}"),
+            Case::Preclean => assert!(on(Tier::Ssd), "{what}"),
         }
     }
 
@@ -263,6 +281,9 @@ fn run(case: Case, step: Option<MoveStep>, power_cut: bool) -> u64 {
         "{what}: finishing: {out:?}"
     );
     assert_same(&vol, &image, &format!("{what}: move finished"));
+    if case == Case::Preclean {
+        assert_eq!(vol.usage().shadows, 3, "{what}: pre-cleaned again");
+    }
     let (there, back) = match case {
         Case::PromoteLogged => (Tier::Hdd, Tier::Ssd),
         _ => (Tier::Ssd, Tier::Hdd),

@@ -302,6 +302,10 @@ pub struct ShadowStatus {
     pub saved_bytes: u64,
     /// Shadows dropped because the HDD needed their slots.
     pub dropped: u64,
+    /// SSD extents given an HDD copy in idle time (pre-cleaning), since
+    /// start.
+    #[serde(default)]
+    pub precleaned: u64,
 }
 
 /// Where a run of extents lives.

@@ -118,6 +118,22 @@ pub fn write_back_batch(
     run(vol, &extents, Goal::WriteBack, pace, armed)
 }
 
+/// Pre-clean SSD extents: copy each into a new HDD slot that becomes its
+/// clean shadow, with the same crash-safe protocol (copy, sync the HDD,
+/// commit the mappings with the shadow, flush). An extent written
+/// meanwhile is left without one (`Raced`). Only while the HDD keeps more
+/// free slots than the reserve (`NoRoom` otherwise). A shadow is trusted
+/// only after a clean shutdown, like every other.
+pub fn preclean_batch(
+    vol: &Volume,
+    extents: &[u64],
+    pace: &mut dyn FnMut(u64),
+) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
+    let armed = take_armed();
+    let extents: Vec<(u64, Reason)> = extents.iter().map(|e| (*e, Reason::Cold)).collect();
+    run(vol, &extents, Goal::Clean, pace, armed)
+}
+
 /// One pass of the protocol over `extents`.
 fn run(
     vol: &Volume,

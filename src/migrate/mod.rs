@@ -10,6 +10,6 @@ pub mod worker;
 pub use bucket::TokenBucket;
 #[cfg(feature = "failpoints")]
 pub use copy::arm_crash_after;
-pub use copy::{migrate_batch, migrate_extent, write_back_batch};
+pub use copy::{migrate_batch, migrate_extent, preclean_batch, write_back_batch};
 pub use policy::{candidates, plan, Candidate, Move, PlanInput, PolicyConfig};
 pub use worker::{MigrateConfig, Migrator, RoundReport};

@@ -126,13 +126,15 @@ pub struct RoundReport {
     pub written_back: usize,
     /// Shadows dropped to give the HDD free slots.
     pub shadows_dropped: usize,
+    /// SSD extents given a clean HDD copy (pre-cleaning).
+    pub precleaned: usize,
 }
 
 impl RoundReport {
     /// Whether the next round should start at once instead of after the
     /// interval: the budget was full and moves are getting done.
     pub fn more_waiting(&self) -> bool {
-        (self.truncated && self.moved > 0) || self.written_back > 0
+        (self.truncated && self.moved > 0) || self.written_back > 0 || self.precleaned > 0
     }
 }
 
@@ -146,6 +148,8 @@ pub struct Migrator {
     paused: AtomicBool,
     /// Foreground bytes written at the last round and when.
     last_written: Mutex<(u64, Duration)>,
+    /// Foreground reads at the last round ([`read_count`]).
+    last_reads: AtomicU64,
     rounds: AtomicU64,
     panics: AtomicU64,
     /// SSD slots the policy keeps free (starts at the geometry's reserve;
@@ -180,10 +184,18 @@ impl MigratorHandle {
 }
 
 /// Bytes the foreground wrote to the devices (migration copies excluded).
+/// Foreground reads so far (the idle test of pre-cleaning).
+fn read_count(vol: &Volume) -> u64 {
+    let s = vol.stats();
+    Stats::get(&s.read_hits[0]) + Stats::get(&s.read_hits[1]) + Stats::get(&s.read_unmapped)
+}
+
 fn written_bytes(vol: &Volume) -> u64 {
     let s = vol.stats();
     let dev = Stats::get(&s.dev_write_bytes[0]) + Stats::get(&s.dev_write_bytes[1]);
-    let copies = Stats::get(&s.migrated_bytes[0]) + Stats::get(&s.migrated_bytes[1]);
+    let copies = Stats::get(&s.migrated_bytes[0])
+        + Stats::get(&s.migrated_bytes[1])
+        + Stats::get(&s.precleaned_bytes);
     dev.saturating_sub(copies)
 }
 
@@ -194,6 +206,7 @@ impl Migrator {
         // A merged copy takes its tokens at once.
         let burst = vol.geometry().extent_size.max(crate::volume::MERGE_MAX);
         let written = written_bytes(&vol);
+        let reads = read_count(&vol);
         let reserve = u64::from(vol.geometry().reserve_extents);
         Migrator {
             bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
@@ -203,6 +216,7 @@ impl Migrator {
             cfg: Mutex::new(cfg),
             paused: AtomicBool::new(false),
             last_written: Mutex::new((written, now)),
+            last_reads: AtomicU64::new(reads),
             rounds: AtomicU64::new(0),
             panics: AtomicU64::new(0),
             reserve_target: AtomicU64::new(reserve),
@@ -386,7 +400,63 @@ impl Migrator {
         if !self.paused() {
             self.write_back(&cfg, write_rate, &mut report);
         }
+        // Idle: no foreground read or write since the last round.
+        let reads = read_count(vol);
+        let quiet = self.last_reads.swap(reads, Ordering::Relaxed) == reads && write_rate < 1.0;
+        if !self.paused() && quiet && report.moved + report.written_back == 0 {
+            self.preclean(&cfg, &mut report);
+        }
         report
+    }
+
+    /// Pre-cleaning: while the foreground is idle and nothing else moved
+    /// this round, give the coldest SSD extents that have no HDD copy one
+    /// (a clean shadow), one batch per round, paced by the migration
+    /// bucket; so the reserve later refills by dropping clean copies
+    /// instead of writing them (bcache's idle writeback does the same for
+    /// dirty data). The volume refuses once the HDD has no slots to spare.
+    fn preclean(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
+        let vol = &self.vol;
+        if vol.inflight() > 0 || vol.log_usage().used > 0 {
+            return;
+        }
+        let mut cands: Vec<(f32, u64)> = vol
+            .unshadowed_ssd_extents()
+            .into_iter()
+            .map(|e| (self.heat.score(e), e))
+            .collect();
+        if cands.is_empty() {
+            return;
+        }
+        cands.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let batch: Vec<u64> = cands
+            .into_iter()
+            .take(cfg.batch.max(1))
+            .map(|(_, e)| e)
+            .collect();
+        let clock = vol.clock();
+        let mut pace = |n: u64| {
+            let wait = self.bucket.lock().take(n, clock.now());
+            clock.sleep(wait);
+        };
+        match super::copy::preclean_batch(vol, &batch, &mut pace) {
+            Ok(outcomes) => {
+                for (_, o) in outcomes {
+                    match o {
+                        MoveOutcome::Moved(_) => report.precleaned += 1,
+                        MoveOutcome::Raced => report.raced += 1,
+                        _ => {}
+                    }
+                }
+            }
+            Err(e) => {
+                report.errors += batch.len();
+                warn!(
+                    extents = batch.len(),
+                    "pre-cleaning failed, extents keep no HDD copy: {e}"
+                );
+            }
+        }
     }
 
     /// Write logged blocks back from the SSD write log, in HDD order, so the
@@ -480,7 +550,15 @@ impl Migrator {
             let round = catch_unwind(AssertUnwindSafe(|| self.run_round()));
             more = matches!(&round, Ok(r) if r.more_waiting());
             match round {
-                Ok(r) if r.moved + r.errors + r.raced + r.written_back + r.shadows_dropped > 0 => {
+                Ok(r)
+                    if r.moved
+                        + r.errors
+                        + r.raced
+                        + r.written_back
+                        + r.shadows_dropped
+                        + r.precleaned
+                        > 0 =>
+                {
                     debug!(?r, "migration round")
                 }
                 Ok(_) => {}

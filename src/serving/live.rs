@@ -289,6 +289,7 @@ impl Live {
             free_demotions: Stats::get(&s.free_demotions),
             saved_bytes: Stats::get(&s.shadow_saved_blocks) * blk,
             dropped: Stats::get(&s.shadows_dropped),
+            precleaned: Stats::get(&s.precleaned),
         };
         Status {
             write_log,

@@ -175,6 +175,10 @@ fn describe() {
         "tierd_shadows_dropped_total",
         "Shadows dropped because the HDD needed their slots"
     );
+    describe_counter!(
+        "tierd_precleaned_extents_total",
+        "SSD extents given a clean HDD copy in idle time (pre-cleaning)"
+    );
     describe_gauge!("tierd_up", "1 while the daemon serves");
 }
 
@@ -256,6 +260,7 @@ pub fn collect(live: &Live) {
     gauge!("tierd_shadow_bytes", "state" => "stale").set((usage.shadow_stale_blocks * blk) as f64);
     counter!("tierd_free_demotions_total").absolute(Stats::get(&s.free_demotions));
     counter!("tierd_shadows_dropped_total").absolute(Stats::get(&s.shadows_dropped));
+    counter!("tierd_precleaned_extents_total").absolute(Stats::get(&s.precleaned));
     gauge!("tierd_nbd_connections").set(live.probe.count() as f64);
     gauge!("tierd_inflight_requests").set(vol.inflight() as f64);
     gauge!("tierd_up").set(1.0);

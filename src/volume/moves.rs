@@ -106,6 +106,10 @@ pub enum Goal {
     /// Write its logged blocks back from the SSD write log into its HDD
     /// slot, in block order, and free their log places.
     WriteBack,
+    /// Pre-clean an SSD extent with no HDD copy: copy it into a new HDD
+    /// slot that becomes its clean shadow, so a later demotion is a mapping
+    /// change. The extent stays on the SSD.
+    Clean,
 }
 
 impl Goal {
@@ -121,7 +125,7 @@ impl Goal {
     pub fn tier(self) -> Tier {
         match self {
             Goal::Ssd => Tier::Ssd,
-            Goal::Hdd | Goal::WriteBack => Tier::Hdd,
+            Goal::Hdd | Goal::WriteBack | Goal::Clean => Tier::Hdd,
         }
     }
 }
@@ -263,7 +267,27 @@ impl Volume {
         extents: &[(u64, Reason)],
         goal: Goal,
     ) -> VolumeResult<(Reserved, Vec<(u64, MoveOutcome)>)> {
+        let blocks = self.geo.blocks_per_extent();
         let mut out = Vec::with_capacity(extents.len());
+        // A pre-clean takes an HDD slot only while the HDD keeps more free
+        // than the reserve (the room demotions need), and never with
+        // shadows switched off.
+        let mut clean_room = usize::MAX;
+        if goal == Goal::Clean {
+            let spare = u64::from(self.geo.reserve_extents.max(1));
+            let room = u64::from(self.alloc.free_count(Tier::Hdd)).saturating_sub(spare + 1);
+            clean_room = room as usize;
+            if !self.shadows_enabled.load(Ordering::Relaxed) || room == 0 {
+                out.extend(extents.iter().map(|&(e, _)| (e, MoveOutcome::NoRoom)));
+                return Ok((
+                    Reserved {
+                        to: Tier::Hdd,
+                        items: Vec::new(),
+                    },
+                    out,
+                ));
+            }
+        }
         let mut items: Vec<(Item, Option<Tier>)> = Vec::with_capacity(extents.len());
         for &(extent, reason) in extents {
             let (Some(lock), Some(gen)) = (
@@ -298,6 +322,9 @@ impl Volume {
                 (Goal::Hdd, Tier::Ssd) if m.shadow.is_none() => Some(Tier::Hdd),
                 (Goal::Hdd, Tier::Ssd) => None,
                 (Goal::WriteBack, Tier::Hdd) if !m.logged.is_empty() => None,
+                (Goal::Clean, Tier::Ssd) if m.shadow.is_none() && m.written.count(blocks) > 0 => {
+                    Some(Tier::Hdd)
+                }
                 _ => {
                     drop(guard);
                     if watched {
@@ -327,7 +354,11 @@ impl Volume {
         }
         items.sort_by_key(|(i, _)| (i.before.loc.slot, i.extent));
         // New slots, ascending for ascending sources: both devices stream.
-        let wanted = items.iter().filter(|(_, n)| n.is_some()).count();
+        let wanted = items
+            .iter()
+            .filter(|(_, n)| n.is_some())
+            .count()
+            .min(clean_room);
         let mut dsts = Vec::with_capacity(wanted);
         while dsts.len() < wanted {
             match self.alloc.alloc(&[goal.tier()]) {
@@ -399,6 +430,20 @@ impl Volume {
         let block_at =
             |loc: Loc, b: u32| self.geo.slot_offset(loc.slot) + u64::from(b) * BLOCK_SIZE;
         match goal {
+            Goal::Clean => {
+                let Some(dst) = it.fresh else { return };
+                for b in 0..blocks {
+                    if m.written.get(b) {
+                        push(Tier::Ssd, block_at(m.loc, b), Tier::Hdd, block_at(dst, b));
+                    }
+                }
+                let mut after = m.clone();
+                after.shadow = Some(Shadow {
+                    slot: dst.slot,
+                    stale: Written::empty(blocks),
+                });
+                it.after = after;
+            }
             Goal::Ssd | Goal::Hdd if it.fresh.is_some() => {
                 let dst = it.fresh.unwrap_or(m.loc);
                 for b in 0..blocks {
@@ -620,6 +665,16 @@ impl Volume {
                     Release::Slot(loc) => self.alloc.free_now(loc),
                     Release::Log(at) => self.log.release_now(at, &self.alloc),
                 }
+            }
+            if it.before.loc == it.after.loc
+                && it.before.shadow.is_none()
+                && it.after.shadow.is_some()
+            {
+                // A pre-clean: the extent did not move.
+                Stats::add(&self.stats.precleaned, 1);
+                Stats::add(&self.stats.precleaned_bytes, *copied);
+                out.push((it.extent, MoveOutcome::Moved(*copied)));
+                continue;
             }
             self.stats.migrated(f.to, it.reason, *copied);
             if it.reason == Reason::Writeback {

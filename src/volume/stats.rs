@@ -53,6 +53,10 @@ pub struct Stats {
     pub recopied_blocks: AtomicU64,
     /// Shadows dropped because the HDD needed their slots.
     pub shadows_dropped: AtomicU64,
+    /// SSD extents given a clean HDD copy in idle time (pre-cleaning).
+    pub precleaned: AtomicU64,
+    /// Bytes pre-cleaning wrote to the HDD.
+    pub precleaned_bytes: AtomicU64,
 }
 
 impl Stats {

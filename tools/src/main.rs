@@ -503,10 +503,11 @@ fn print_status(s: &Status) {
     );
     let sh = &s.shadows;
     println!(
-        "shadows: {} extents keep an HDD copy, {} clean, {} stale; {} free demotions (saved {}), {} dropped for space",
+        "shadows: {} extents keep an HDD copy, {} clean, {} stale; {} pre-cleaned; {} free demotions (saved {}), {} dropped for space",
         sh.extents,
         human(sh.clean_bytes),
         human(sh.stale_bytes),
+        sh.precleaned,
         sh.free_demotions,
         human(sh.saved_bytes),
         sh.dropped
