@@ -19,7 +19,7 @@ pub struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Run only these suites (repeatable): sequential, random, qd-sweep,
-    /// bs-sweep, response, iometer, zipf, shift, landing.
+    /// bs-sweep, response, iometer, zipf, shift, landing, return.
     #[arg(long = "suite", value_name = "NAME")]
     suites: Vec<String>,
     /// virtual (modelled time, deterministic) or real (wall clock).

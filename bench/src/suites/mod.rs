@@ -87,7 +87,7 @@ pub struct Finding {
 }
 
 /// The suites by name, in run order, with whether `--quick` runs them.
-pub const SUITES: [(&str, bool); 13] = [
+pub const SUITES: [(&str, bool); 14] = [
     ("sequential", true),
     ("random", true),
     ("qd-sweep", false),
@@ -100,6 +100,8 @@ pub const SUITES: [(&str, bool); 13] = [
     ("shift", true),
     ("scan", true),
     ("landing", true),
+    // Trims a quarter of the volume (for room to keep shadows in).
+    ("return", true),
     // Last: it trims the test region.
     ("fill-trim", false),
 ];
@@ -336,6 +338,7 @@ impl Bench {
             "zipf" => self.zipf(),
             "shift" => self.shift(),
             "landing" => self.landing(),
+            "return" => self.return_(),
             _ => {}
         }
     }

@@ -510,3 +510,189 @@ impl Bench {
         self.charts.push(chart);
     }
 }
+
+/// What the volume's counters say of one phase of the `return` suite.
+#[derive(Debug, Clone, Copy, Default)]
+struct PhaseCost {
+    hdd_write_bytes: u64,
+    free_demotions: u64,
+    demotions: u64,
+}
+
+impl PhaseCost {
+    fn of(vol: &tierd::volume::Volume) -> Self {
+        use tierd::volume::Stats;
+        let s = vol.stats();
+        PhaseCost {
+            hdd_write_bytes: Stats::get(&s.dev_write_bytes[Tier::Hdd.index()]),
+            free_demotions: Stats::get(&s.free_demotions),
+            demotions: s.migrations[Tier::Hdd.index()].iter().map(Stats::get).sum(),
+        }
+    }
+
+    fn since(self, before: Self) -> Self {
+        PhaseCost {
+            hdd_write_bytes: self.hdd_write_bytes - before.hdd_write_bytes,
+            free_demotions: self.free_demotions - before.free_demotions,
+            demotions: self.demotions - before.demotions,
+        }
+    }
+}
+
+impl Bench {
+    /// Warm with `spec` in 10 s steps until 90 % of its extents are on the
+    /// SSD, or 600 s (3600 s at the full preset); the seconds spent. Unlike
+    /// [`Bench::warm_until_stable`] this does not stop while hysteresis
+    /// holds a new set back behind the heat of the last one.
+    fn warm_until_on_ssd(&mut self, spec: &Spec) -> f64 {
+        let max = if self.opts.quick { 600.0 } else { 3600.0 } * self.opts.time_scale;
+        let mut t = 0.0;
+        while t < max && self.ssd_share(spec.start, spec.len).unwrap_or(1.0) < 0.9 {
+            self.warm(spec, 10.0, 0);
+            t += 10.0 * self.opts.time_scale;
+        }
+        t
+    }
+
+    /// `secs` of modelled time with no foreground I/O, the migrator doing
+    /// its rounds (a user's pause: write-back and pre-cleaning run).
+    fn idle(&mut self, secs: f64) {
+        let secs = secs * self.opts.time_scale;
+        match (&self.mode, self.migrator.clone()) {
+            (crate::Mode::Virtual(sched), Some(mig)) => {
+                let sched = sched.clone();
+                let interval = mig.config().interval;
+                sched.phase(1, |p, _| {
+                    let end = p.now() + Duration::from_secs_f64(secs);
+                    while p.now() < end {
+                        p.set_own_now(p.now());
+                        let r = mig.run_round();
+                        p.sleep_until(p.own_now());
+                        if !r.more_waiting() {
+                            p.sleep_until(p.now() + interval);
+                        }
+                    }
+                });
+            }
+            (crate::Mode::Virtual(_), None) => {}
+            (crate::Mode::Real(_), _) => std::thread::sleep(Duration::from_secs_f64(secs)),
+        }
+    }
+
+    /// A hot set that leaves and comes back, on a volume with free space:
+    /// set A is warmed, the volume is idle for a minute (pre-cleaning), then
+    /// set B is warmed, then A again (each 0.6x the SSD). Both are read-only, so
+    /// every HDD write of the last two phases is the migrator's. With clean
+    /// HDD shadows, demoting an extent unchanged since its promotion is a
+    /// mapping change, so neither the shift nor the return should write the
+    /// HDD at all. The suite first trims a quarter of the volume (away from
+    /// the other suites' regions) so the HDD has slots to keep shadows in:
+    /// a full volume has none (capacity = SSD + HDD - reserve leaves the
+    /// reserve as the only free space).
+    pub(super) fn return_(&mut self) {
+        let Some(vol) = self.targets[0].volume().cloned() else {
+            return;
+        };
+        let es = self.extent_size;
+        let quarter = self.capacity / 4 / es * es;
+        if self.targets[0].trim(0, quarter).is_err() || vol.flush().is_err() {
+            return;
+        }
+        // Each set 0.6x the SSD: the two do not fit together (the SSD less
+        // the reserve is 0.75x), so B displaces most of A and A most of B.
+        let mut a = self.zipf_spec(0.6);
+        a.read = 1.0;
+        let mut b = a.clone();
+        // B next to A, both inside what the HDD alone holds.
+        b.start = (a.start + a.len).min(self.capacity.min(self.hdd_size) - a.len) / es * es;
+        self.progress("return: warming set A");
+        self.warm_until_stable(&a, 0);
+        // A pause: pre-cleaning gives SSD data with no HDD copy one.
+        let pre = PhaseCost::of(&vol);
+        self.progress("return: a minute idle");
+        self.idle(60.0);
+        let precleaned = tierd::volume::Stats::get(&vol.stats().precleaned);
+        let idle_cost = PhaseCost::of(&vol).since(pre);
+        let share_a = self.ssd_share(a.start, a.len).unwrap_or(0.0);
+        // A's SSD extents with a clean HDD copy: the ones whose demotion
+        // costs no write.
+        let bpe = vol.geometry().blocks_per_extent();
+        let (mut on, mut clean) = (0u64, 0u64);
+        for e in a.start / es..(a.start + a.len) / es {
+            if let Some(m) = vol.mapping(e).filter(|m| m.loc.tier == Tier::Ssd) {
+                on += 1;
+                if m.shadow.is_some_and(|sh| sh.stale.count(bpe) == 0) {
+                    clean += 1;
+                }
+            }
+        }
+        let p0 = PhaseCost::of(&vol);
+        self.progress("return: warming set B");
+        self.warm_until_on_ssd(&b);
+        let p1 = PhaseCost::of(&vol);
+        self.progress("return: set A again");
+        let t = self.warm_until_on_ssd(&a);
+        let p2 = PhaseCost::of(&vol);
+        let back = self.ssd_share(a.start, a.len).unwrap_or(0.0);
+        let (away, ret) = (p1.since(p0), p2.since(p1));
+        let n = a.len / es;
+        for (name, c) in [("away", away), ("return", ret)] {
+            self.finding(
+                "return",
+                &format!("{name}-hdd-write-MiB"),
+                c.hdd_write_bytes as f64 / MIB as f64,
+                "MiB",
+                format!(
+                    "HDD writes while the hot set {} ({} demotions, {} of them mapping changes \
+                     with no copy); target 0",
+                    if name == "away" {
+                        "moves to B"
+                    } else {
+                        "returns to A"
+                    },
+                    c.demotions,
+                    c.free_demotions
+                ),
+            );
+            self.finding(
+                "return",
+                &format!("{name}-free-demotions"),
+                c.free_demotions as f64,
+                "extents",
+                format!("of {} demotions", c.demotions),
+            );
+        }
+        self.finding(
+            "return",
+            "idle-precleaned-MiB",
+            idle_cost.hdd_write_bytes as f64 / MIB as f64,
+            "MiB",
+            format!(
+                "HDD writes of a minute idle after A warmed: pre-cleaning ({precleaned} \
+                 extents given an HDD copy so far)"
+            ),
+        );
+        self.finding(
+            "return",
+            "a-clean-shadow-share",
+            clean as f64 / on.max(1) as f64,
+            "share",
+            format!(
+                "{clean} of set A's {on} SSD extents had a clean HDD copy before B came, \
+                 after the pause \
+                 (their demotion is a mapping change); other demotions are of data \
+                 promoted while the volume had no free HDD slot (earlier suites' sets)"
+            ),
+        );
+        self.finding(
+            "return",
+            "a-on-ssd-after-return",
+            back,
+            "share",
+            format!(
+                "{n} extents of set A on the SSD after {t:.0} s back ({:.0} % before it left)",
+                share_a * 100.0
+            ),
+        );
+    }
+}
