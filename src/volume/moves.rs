@@ -722,11 +722,11 @@ impl Volume {
         buf: &mut Vec<u8>,
         pace: &mut dyn FnMut(u64),
     ) -> VolumeResult<u64> {
-        let (Some(first), Some(last)) = (m.logged.first(), m.logged.last()) else {
+        let Some(first) = m.logged.first() else {
             return Ok(0);
         };
         let lo = u64::from(first.block) * BLOCK_SIZE;
-        let len = u64::from(last.block + 1) * BLOCK_SIZE - lo;
+        let len = span_len(m);
         let at = self.geo.slot_offset(m.loc.slot) + lo;
         pace(len);
         buf.resize(len as usize, 0);
@@ -830,24 +830,36 @@ impl Volume {
             buf.resize(r.len as usize, 0);
             self.copy_piece(r, buf, pace)
         };
+        let mut nop = |_: u64| {};
         for (k, it) in items.iter().enumerate() {
             let _held = if it.in_place {
                 if let Some(c) = cur.take() {
                     go(c, &mut buf, &mut *pace)?;
                 }
+                // Paced before the lock, never under it: a pacing wait
+                // under the extent's read lock would hold its writers for
+                // the wait (on the virtual clock, forever: the blocked
+                // writer keeps the turn the wait needs).
+                let span = it.before.logged.len() >= SPAN_MIN;
+                pace(if span {
+                    span_len(&it.before)
+                } else {
+                    it.runs.iter().map(|r| r.len).sum()
+                });
                 let guard = self.map[it.extent as usize].read();
                 if guard.as_ref() != Some(&it.before) {
                     // Changed since the snapshot: its commit will see it.
                     continue;
                 }
-                if it.before.logged.len() >= SPAN_MIN {
-                    copied[k] += self.span_write_back(&it.before, &mut buf, &mut *pace)?;
+                if span {
+                    copied[k] += self.span_write_back(&it.before, &mut buf, &mut nop)?;
                     continue;
                 }
                 Some(guard)
             } else {
                 None
             };
+            let pace: &mut dyn FnMut(u64) = if it.in_place { &mut nop } else { &mut *pace };
             for r in &it.runs {
                 copied[k] += r.len;
                 match cur.as_mut() {
@@ -913,5 +925,16 @@ impl Volume {
             );
         }
         Ok(())
+    }
+}
+
+/// Bytes from the first to the last logged block of `m` (what a span
+/// write-back reads and writes).
+fn span_len(m: &Mapping) -> u64 {
+    match (m.logged.first(), m.logged.last()) {
+        (Some(first), Some(last)) => {
+            u64::from(last.block + 1) * BLOCK_SIZE - u64::from(first.block) * BLOCK_SIZE
+        }
+        _ => 0,
     }
 }
