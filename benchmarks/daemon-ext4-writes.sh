@@ -98,3 +98,4 @@ PY
 }
 one cold-first
 one hot-first
+exit 0
