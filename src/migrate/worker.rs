@@ -371,12 +371,7 @@ impl Migrator {
             } else {
                 &self.bucket
             };
-            let mut pace = |n: u64| {
-                // Called even with no wait: in virtual time this is where the
-                // copy's device time elapses.
-                let wait = bucket.lock().take(n, clock.now());
-                clock.sleep(wait);
-            };
+            let mut pace = |n: u64| self.pace(bucket, n);
             match super::copy::migrate_batch(vol, &batch, first.to, &mut pace) {
                 Ok(outcomes) => {
                     for (extent, o) in outcomes {
@@ -420,25 +415,11 @@ impl Migrator {
         if vol.inflight() > 0 || vol.log_usage().used > 0 {
             return;
         }
-        let mut cands: Vec<(f32, u64)> = vol
-            .unshadowed_ssd_extents()
-            .into_iter()
-            .map(|e| (self.heat.score(e), e))
-            .collect();
-        if cands.is_empty() {
+        let batch = vol.unshadowed_ssd_extents(cfg.batch.max(1));
+        if batch.is_empty() {
             return;
         }
-        cands.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let batch: Vec<u64> = cands
-            .into_iter()
-            .take(cfg.batch.max(1))
-            .map(|(_, e)| e)
-            .collect();
-        let clock = vol.clock();
-        let mut pace = |n: u64| {
-            let wait = self.bucket.lock().take(n, clock.now());
-            clock.sleep(wait);
-        };
+        let mut pace = |n: u64| self.pace(&self.bucket, n);
         match super::copy::preclean_batch(vol, &batch, &mut pace) {
             Ok(outcomes) => {
                 for (_, o) in outcomes {
@@ -492,10 +473,7 @@ impl Migrator {
                 clock.sleep(step);
                 waited += step;
             }
-            let mut pace = |n: u64| {
-                let wait = self.reserve_bucket.lock().take(n, clock.now());
-                clock.sleep(wait);
-            };
+            let mut pace = |n: u64| self.pace(&self.reserve_bucket, n);
             match super::copy::write_back_batch(vol, batch, &mut pace) {
                 Ok(outcomes) => {
                     for (_, o) in outcomes {
@@ -518,6 +496,15 @@ impl Migrator {
                 }
             }
         }
+    }
+
+    /// Take `bytes` from `bucket` and sleep for the wait it says. Called
+    /// even with nothing to wait for: on the virtual clock this is where a
+    /// copy's device time elapses.
+    fn pace(&self, bucket: &Mutex<TokenBucket>, bytes: u64) {
+        let clock = self.vol.clock();
+        let wait = bucket.lock().take(bytes, clock.now());
+        clock.sleep(wait);
     }
 
     /// Run rounds on a background thread until stopped.

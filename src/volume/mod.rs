@@ -278,22 +278,6 @@ impl Volume {
         v.into_iter().map(|(_, e, n)| (e, n)).collect()
     }
 
-    /// SSD extents holding data and no HDD copy, which pre-cleaning may
-    /// give one, in extent order.
-    pub fn unshadowed_ssd_extents(&self) -> Vec<u64> {
-        let blocks = self.geo.blocks_per_extent();
-        self.map
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| {
-                let g = e.read();
-                let m = g.as_ref()?;
-                (m.loc.tier == Tier::Ssd && m.shadow.is_none() && m.written.count(blocks) > 0)
-                    .then_some(i as u64)
-            })
-            .collect()
-    }
-
     /// How full the write log is.
     pub fn log_usage(&self) -> LogUsage {
         self.log.usage()

@@ -67,6 +67,17 @@ impl Volume {
         found.into_iter().map(|(_, e)| e).collect()
     }
 
+    /// Up to `max` SSD extents holding data and no HDD copy, coldest first:
+    /// the ones pre-cleaning gives a copy next.
+    pub fn unshadowed_ssd_extents(&self, max: usize) -> Vec<u64> {
+        let blocks = self.geo.blocks_per_extent();
+        let mut found = self.extents_by_heat(None, false, |_, m| {
+            m.loc.tier == Tier::Ssd && m.shadow.is_none() && m.written.count(blocks) > 0
+        });
+        found.truncate(max);
+        found
+    }
+
     /// Drop up to `max` shadows (the HDD copies SSD extents keep), coolest
     /// extents' last (they are the likeliest to be demoted, which a shadow
     /// makes free), skipping `except` and any extent busy right now. Their
