@@ -7,7 +7,7 @@
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread;
 
 use support::*;
@@ -100,43 +100,6 @@ fn no_write_is_lost_or_torn_while_its_extent_moves() {
     assert_accounting(&vol, 24);
 }
 
-/// A device that holds the first write at or past `at` once armed, until
-/// released: a foreground write stays between its first generation bump and
-/// its data reaching the device while the test moves its extent.
-struct Gate {
-    inner: Arc<dyn BlockDevice>,
-    at: u64,
-    armed: AtomicBool,
-    state: Mutex<(bool, bool)>, // (a write is held, released)
-    cv: Condvar,
-}
-
-impl BlockDevice for Gate {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if offset >= self.at && self.armed.swap(false, Ordering::AcqRel) {
-            let mut st = self.state.lock().expect("gate lock");
-            st.0 = true;
-            self.cv.notify_all();
-            while !st.1 {
-                st = self.cv.wait(st).expect("gate wait");
-            }
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-}
-
 /// The interleaving the random test above hits only now and then, made
 /// certain: a write to an already written block is held after its first
 /// generation bump, before its data reaches the device; meanwhile a
@@ -146,13 +109,11 @@ impl BlockDevice for Gate {
 #[test]
 fn a_write_held_after_its_first_bump_is_not_lost_by_a_migration() {
     let bed = Bed::new(8, 16, 2);
-    let gate = Arc::new(Gate {
-        inner: bed.ssd.clone(),
-        at: 1 << 20, // past the superblock area: data slots only
-        armed: AtomicBool::new(false),
-        state: Mutex::new((false, false)),
-        cv: Condvar::new(),
-    });
+    // The first write at or past 1 MiB once armed (past the superblock
+    // area: data slots only): a foreground write stays between its first
+    // generation bump and its data reaching the device while the test
+    // moves its extent.
+    let gate = Gate::new(bed.ssd.clone(), |_, offset| offset >= 1 << 20);
     let devices = Devices {
         ssd: gate.clone() as Arc<dyn BlockDevice>,
         hdd: bed.hdd.clone() as Arc<dyn BlockDevice>,
@@ -169,17 +130,12 @@ fn a_write_held_after_its_first_bump_is_not_lost_by_a_migration() {
     vol.flush().expect("flush");
     assert_eq!(vol.mapping(0).map(|m| m.loc.tier), Some(Tier::Ssd));
     // The overwrite: every block already written, so the shared-lock path.
-    gate.armed.store(true, Ordering::Release);
+    gate.arm();
     let writer = {
         let vol = vol.clone();
         thread::spawn(move || vol.write(4096, &pattern(2, 4096), false))
     };
-    {
-        let mut st = gate.state.lock().expect("gate lock");
-        while !st.0 {
-            st = gate.cv.wait(st).expect("gate wait");
-        }
-    }
+    gate.wait_held();
     // The writer holds the extent's read lock, bumped once, data not yet
     // written. The migration snapshots and copies now, then waits for the
     // write lock to commit.
@@ -190,11 +146,7 @@ fn a_write_held_after_its_first_bump_is_not_lost_by_a_migration() {
         })
     };
     thread::sleep(std::time::Duration::from_millis(200));
-    {
-        let mut st = gate.state.lock().expect("gate lock");
-        st.1 = true;
-        gate.cv.notify_all();
-    }
+    gate.release();
     writer.join().expect("writer").expect("write");
     let out = mover.join().expect("mover").expect("migrate");
     assert_eq!(out.len(), 1, "{out:?}");

@@ -8,8 +8,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread;
 
 use support::*;
@@ -18,52 +17,12 @@ use tierd::store::MetaStore;
 use tierd::units::Reason;
 use tierd::volume::{Devices, MoveOutcome, Stats, Tier, Volume, VolumeOptions};
 
-/// Holds the first write of at least `min_len` bytes once armed (the
-/// promotion's copy into its new SSD slot; foreground writes are 4 KiB).
-struct Gate {
-    inner: Arc<dyn BlockDevice>,
-    min_len: usize,
-    armed: AtomicBool,
-    state: Mutex<(bool, bool)>, // (a write is held, released)
-    cv: Condvar,
-}
-
-impl BlockDevice for Gate {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if buf.len() >= self.min_len && self.armed.swap(false, Ordering::AcqRel) {
-            let mut st = self.state.lock().expect("gate lock");
-            st.0 = true;
-            self.cv.notify_all();
-            while !st.1 {
-                st = self.cv.wait(st).expect("gate wait");
-            }
-        }
-        self.inner.write_at(buf, offset)
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-}
-
 #[test]
 fn writes_during_a_promotion_are_copied_again_not_lost() {
     let bed = Bed::new(8, 16, 2);
-    let gate = Arc::new(Gate {
-        inner: bed.ssd.clone(),
-        min_len: (EXTENT / 2) as usize,
-        armed: AtomicBool::new(false),
-        state: Mutex::new((false, false)),
-        cv: Condvar::new(),
-    });
+    // The first write of at least half an extent once armed: the
+    // promotion's copy into its new SSD slot (foreground writes are 4 KiB).
+    let gate = Gate::new(bed.ssd.clone(), |len, _| len >= (EXTENT / 2) as usize);
     let devices = Devices {
         ssd: gate.clone() as Arc<dyn BlockDevice>,
         hdd: bed.hdd.clone() as Arc<dyn BlockDevice>,
@@ -89,19 +48,14 @@ fn writes_during_a_promotion_are_copied_again_not_lost() {
     assert_eq!(m.logged.len(), 1, "{m:?}");
     vol.flush().expect("flush");
 
-    gate.armed.store(true, Ordering::Release);
+    gate.arm();
     let mover = {
         let vol = vol.clone();
         thread::spawn(move || {
             tierd::migrate::migrate_batch(&vol, &[(0, Reason::Manual)], Tier::Ssd, &mut |_| {})
         })
     };
-    {
-        let mut st = gate.state.lock().expect("gate lock");
-        while !st.0 {
-            st = gate.cv.wait(st).expect("gate wait");
-        }
-    }
+    gate.wait_held();
     // The copy is held (it read the old data): rewrite the logged block in
     // its place, and write a block that takes a new log place.
     let a = pattern(3, 4096);
@@ -110,11 +64,7 @@ fn writes_during_a_promotion_are_copied_again_not_lost() {
     vol.write(9 * 4096, &b, false).expect("write a new block");
     model[4096..8192].copy_from_slice(&a);
     model[9 * 4096..10 * 4096].copy_from_slice(&b);
-    {
-        let mut st = gate.state.lock().expect("gate lock");
-        st.1 = true;
-        gate.cv.notify_all();
-    }
+    gate.release();
     let out = mover.join().expect("mover").expect("promote");
     assert!(
         matches!(out[..], [(0, MoveOutcome::Moved(_))]),

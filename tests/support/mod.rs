@@ -2,6 +2,10 @@
 //! with the power-cut model, an in-memory store and a manual clock.
 #![allow(dead_code)]
 
+mod gate;
+#[allow(unused_imports)]
+pub use gate::Gate;
+
 use std::sync::Arc;
 use std::time::Duration;
 
