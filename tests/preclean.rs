@@ -12,10 +12,6 @@ use tierd::volume::{MoveOutcome, Stats, Tier, Volume};
 
 const BLK: u64 = 4096;
 
-fn model_of(vol: &Volume) -> Vec<u8> {
-    vec![0u8; vol.size() as usize]
-}
-
 /// Extents 0 (fully) and 1 (blocks 4..=9) written: both land on the SSD,
 /// with no HDD copy.
 fn two_ssd_extents(vol: &Volume, model: &mut [u8]) {
@@ -74,11 +70,7 @@ fn a_preclean_copies_the_written_blocks_and_the_demotion_after_it_writes_nothing
     assert_eq!(Stats::get(&vol.stats().free_demotions), 2);
     assert_reads(&vol, &model, "demoted into the pre-cleaned copies");
     vol.flush().expect("flush");
-    drop(vol);
-    bed.power_cut();
-    let vol = bed.open();
-    assert_reads(&vol, &model, "after a flush and a power cut");
-    assert_accounting(&vol, 24);
+    power_cycle(&bed, vol, &model, "after a flush and a power cut", 24);
 }
 
 #[test]

@@ -13,10 +13,6 @@ use tierd::volume::{MoveOutcome, Stats, Tier, Volume};
 
 const BLK: u64 = 4096;
 
-fn model_of(vol: &Volume) -> Vec<u8> {
-    vec![0u8; vol.size() as usize]
-}
-
 fn at(extent: u64, block: u64) -> u64 {
     extent * EXTENT + block * BLK
 }
@@ -167,11 +163,7 @@ fn demoting_an_extent_with_a_clean_shadow_writes_nothing_to_the_hdd() {
     for e in 0..2 {
         assert_home(&bed, &vol, &model, e, "free demotion");
     }
-    drop(vol);
-    bed.power_cut();
-    let vol = bed.open();
-    assert_reads(&vol, &model, "after a power cut");
-    assert_accounting(&vol, 24);
+    power_cycle(&bed, vol, &model, "after a power cut", 24);
 }
 
 #[test]
@@ -217,11 +209,7 @@ fn only_stale_blocks_are_written_when_demoting() {
     }
     assert!(!vol.mapping(0).expect("mapped").written.get(13));
     vol.close().expect("close");
-    drop(vol);
-    bed.power_cut();
-    let vol = bed.open();
-    assert_reads(&vol, &model, "after a close and a power cut");
-    assert_accounting(&vol, 24);
+    power_cycle(&bed, vol, &model, "after a close and a power cut", 24);
 }
 
 #[test]

@@ -12,14 +12,9 @@ mod support;
 
 use support::*;
 use tierd::units::IoHint;
-use tierd::volume::{MoveOutcome, Stats, Tier, Volume};
+use tierd::volume::{MoveOutcome, Stats, Tier};
 
 const BLK: u64 = 4096;
-
-/// A byte model of the whole volume.
-fn model_of(vol: &Volume) -> Vec<u8> {
-    vec![0u8; vol.size() as usize]
-}
 
 fn at(extent: u64, block: u64) -> u64 {
     extent * EXTENT + block * BLK
@@ -182,11 +177,7 @@ fn with_the_log_full_new_blocks_go_to_the_hdd_in_place() {
     assert_eq!(logged_blocks(&vol, 1), vec![0, 1, 2, 3, 4, 5, 10]);
     assert_reads(&vol, &model, "after a write-back made room");
     vol.flush().expect("flush");
-    drop(vol);
-    bed.power_cut();
-    let vol = bed.open();
-    assert_reads(&vol, &model, "after a power cut");
-    assert_accounting(&vol, 24);
+    power_cycle(&bed, vol, &model, "after a power cut", 24);
 }
 
 #[test]

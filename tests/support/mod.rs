@@ -199,3 +199,26 @@ pub fn hdd_extent(vol: &Volume, model: &mut [u8], extent: u64, at: u64, data: &[
     assert_eq!(m.loc.tier, Tier::Hdd, "extent {extent}");
     assert!(m.logged.is_empty() && m.shadow.is_none(), "{m:?}");
 }
+
+/// A zeroed byte model of the whole volume.
+pub fn model_of(vol: &Volume) -> Vec<u8> {
+    vec![0u8; vol.size() as usize]
+}
+
+/// Lose everything not flushed (drop the volume, cut the power), reopen,
+/// and check the reads against `model` and the slot accounting against
+/// `total_slots`. Returns the reopened volume.
+pub fn power_cycle(
+    bed: &Bed,
+    vol: Arc<Volume>,
+    model: &[u8],
+    what: &str,
+    total_slots: u64,
+) -> Arc<Volume> {
+    drop(vol);
+    bed.power_cut();
+    let vol = bed.open();
+    assert_reads(&vol, model, what);
+    assert_accounting(&vol, total_slots);
+    vol
+}
