@@ -69,6 +69,10 @@ pub struct Config {
     /// NBD connections served at once; more wait in the listen backlog.
     /// Default 256.
     pub max_connections: usize,
+    /// Threads serving each NBD connection on a plain TCP or Unix socket,
+    /// each taking, running and answering whole requests; 0 serves them on
+    /// the async loop, as TLS connections always are. Default 16.
+    pub nbd_threads: usize,
     /// Time a client has from connecting to the end of its handshake
     /// (including STARTTLS). Default `30s`.
     #[serde(with = "duration_secs")]
@@ -116,6 +120,7 @@ impl Default for Config {
             write_log: true,
             shadows: true,
             max_connections: 256,
+            nbd_threads: 16,
             handshake_timeout: std::time::Duration::from_secs(30),
             tls_cert: None,
             tls_key: None,
@@ -127,6 +132,10 @@ impl Default for Config {
         }
     }
 }
+
+/// Most threads one NBD connection may have (`nbd-threads`): as many as
+/// requests it may have in flight.
+const MAX_NBD_THREADS: usize = 64;
 
 /// Why a configuration does not load.
 #[derive(Debug, thiserror::Error)]
@@ -391,6 +400,12 @@ impl Config {
         self.migrate.validate()?;
         if self.max_connections == 0 {
             return Err(InvalidKey::new("max-connections", "must be at least 1"));
+        }
+        if self.nbd_threads > MAX_NBD_THREADS {
+            return Err(InvalidKey::new(
+                "nbd-threads",
+                format!("{} is more than {MAX_NBD_THREADS} threads per connection (0 for the async loop)", self.nbd_threads),
+            ));
         }
         if self.handshake_timeout.is_zero() {
             return Err(InvalidKey::new("handshake-timeout", "must be above zero"));
@@ -758,6 +773,13 @@ mod tests {
         let mut c = Config::default();
         c.migrate.batch = 0;
         assert_eq!(c.validate().unwrap_err().key, "migrate.batch");
+        let mut c = Config {
+            nbd_threads: 65,
+            ..Config::default()
+        };
+        assert_eq!(c.validate().unwrap_err().key, "nbd-threads");
+        c.nbd_threads = 0;
+        assert!(c.validate().is_ok(), "0 selects the async loop");
         c.migrate.batch = 1;
         c.migrate.reserve_boost = -1.0;
         assert_eq!(c.validate().unwrap_err().key, "migrate.reserve-boost");

@@ -3,10 +3,59 @@
 //! bad request magic, out-of-order replies, disconnect and shutdown with
 //! requests in flight, connection and in-flight limits, pipelining over many
 //! connections, a duplex stream, and one `nbdinfo` interop check.
+//!
+//! The cases about errors, ordering, limits and shutdown run twice: on the
+//! threaded loop that serves plain sockets by default, and on the async
+//! loop (`threads = 0`) that TLS and in-memory streams always use.
 
 mod nbd_support;
 
 use nbd_support::*;
+
+/// Generate one test per loop for each case `fn case(threads: usize)`.
+macro_rules! on_both_loops {
+    ($($case:ident),* $(,)?) => {
+        mod threaded_loop {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::ServerOptions::default().threads).await
+                }
+            )*
+        }
+        mod async_loop {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(0).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_loops!(
+    errors_simple,
+    errors_structured,
+    replies_out_of_order,
+    disc_answers_in_flight_requests_first,
+    shutdown_finishes_in_flight_requests,
+    tiny_in_flight_limits_still_progress,
+    shutdown_answers_queued_requests_with_eshutdown,
+    many_connections_and_pipelining,
+    bad_request_magic_disconnects,
+    client_vanishing_mid_request_frees_the_server,
+    unix_socket_with_qemu_io,
+);
+
+/// The test export served with `threads` per connection.
+async fn start_on(threads: usize) -> Running {
+    start_with(
+        Arc::new(TestExport::new()),
+        ServerOptions { threads, ..opts() },
+    )
+    .await
+}
 
 #[tokio::test]
 async fn simple_replies_roundtrip() {
@@ -115,9 +164,10 @@ async fn structured_replies_roundtrip() {
 }
 
 /// Every recoverable error returns its errno and leaves the connection usable.
-async fn error_cases(structured: bool) {
+async fn error_cases(structured: bool, threads: usize) {
     let small = ServerOptions {
         max_request: 64 * 1024,
+        threads,
         ..opts()
     };
     let srv = start_with(Arc::new(TestExport::new()), small).await;
@@ -252,14 +302,12 @@ async fn error_cases(structured: bool) {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn errors_simple() {
-    with_timeout(error_cases(false)).await;
+async fn errors_simple(threads: usize) {
+    with_timeout(error_cases(false, threads)).await;
 }
 
-#[tokio::test]
-async fn errors_structured() {
-    with_timeout(error_cases(true)).await;
+async fn errors_structured(threads: usize) {
+    with_timeout(error_cases(true, threads)).await;
 }
 
 #[tokio::test]
@@ -298,9 +346,8 @@ async fn read_only_export() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn replies_out_of_order() {
-    let srv = start().await;
+async fn replies_out_of_order(threads: usize) {
+    let srv = start_on(threads).await;
     with_timeout(async {
         let mut c = Client::ready(srv.addr, true).await;
         let t0 = std::time::Instant::now();
@@ -318,9 +365,8 @@ async fn replies_out_of_order() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn disc_answers_in_flight_requests_first() {
-    let srv = start().await;
+async fn disc_answers_in_flight_requests_first(threads: usize) {
+    let srv = start_on(threads).await;
     with_timeout(async {
         let mut c = Client::ready(srv.addr, false).await;
         c.write(0, 1, SLOW_AT, b"slow").await;
@@ -336,9 +382,8 @@ async fn disc_answers_in_flight_requests_first() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn shutdown_finishes_in_flight_requests() {
-    let srv = start().await;
+async fn shutdown_finishes_in_flight_requests(threads: usize) {
+    let srv = start_on(threads).await;
     let mut c = Client::ready(srv.addr, false).await;
     // A second client still in the handshake is simply dropped.
     let mut idle = Client::greet(srv.addr, 3).await;
@@ -380,9 +425,9 @@ async fn connection_limit() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn tiny_in_flight_limits_still_progress() {
+async fn tiny_in_flight_limits_still_progress(threads: usize) {
     let tight = ServerOptions {
+        threads,
         max_in_flight: 1,
         max_in_flight_bytes: 1,
         max_request: 8192,
@@ -413,9 +458,9 @@ async fn tiny_in_flight_limits_still_progress() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn shutdown_answers_queued_requests_with_eshutdown() {
+async fn shutdown_answers_queued_requests_with_eshutdown(threads: usize) {
     let one = ServerOptions {
+        threads,
         max_in_flight: 1,
         ..opts()
     };
@@ -432,9 +477,8 @@ async fn shutdown_answers_queued_requests_with_eshutdown() {
     server_returns(task).await;
 }
 
-#[tokio::test]
-async fn many_connections_and_pipelining() {
-    let srv = start().await;
+async fn many_connections_and_pipelining(threads: usize) {
+    let srv = start_on(threads).await;
     let addr = srv.addr;
     with_timeout(async move {
         let mut tasks = Vec::new();
@@ -567,9 +611,8 @@ async fn nbdinfo_interop() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn bad_request_magic_disconnects() {
-    let srv = start().await;
+async fn bad_request_magic_disconnects(threads: usize) {
+    let srv = start_on(threads).await;
     let mut c = Client::ready(srv.addr, false).await;
     assert_eq!(c.read(1, 0, 8).await, vec![0; 8]);
     let mut hdr = encode_request(&Request {
@@ -583,4 +626,103 @@ async fn bad_request_magic_disconnects() {
     c.s.write_all(&hdr).await.unwrap();
     c.expect_closed().await;
     srv.shutdown().await;
+}
+
+/// A client that disappears with a slow request in flight and half a write
+/// payload sent: the connection's threads end, and the server still serves
+/// and shuts down at once.
+async fn client_vanishing_mid_request_frees_the_server(threads: usize) {
+    let srv = start_on(threads).await;
+    with_timeout(async {
+        let mut gone = Client::ready(srv.addr, true).await;
+        gone.request(0, CMD_READ, 1, SLOW_AT, 4096).await;
+        let hdr = encode_request(&Request {
+            flags: 0,
+            typ: CMD_WRITE,
+            cookie: 2,
+            offset: 0,
+            length: 8192,
+        });
+        gone.s.write_all(&hdr).await.unwrap();
+        gone.s.write_all(&[7u8; 100]).await.unwrap();
+        drop(gone);
+        let mut c = Client::ready(srv.addr, false).await;
+        c.write(0, 3, 4096, b"still here").await;
+        assert_eq!(c.result(3).await.0, 0);
+        assert_eq!(c.read(4, 4096, 10).await, b"still here");
+        // The half-sent write never reached the export.
+        assert_eq!(c.read(5, 0, 100).await, vec![0; 100]);
+    })
+    .await;
+    let (task, _) = srv.stop();
+    server_returns(task).await;
+}
+
+/// A Unix-socket listener (what `tierd serve --unix` uses), driven by
+/// qemu-io: pipelined writes, a read-back with a pattern check, a flush.
+async fn unix_socket_with_qemu_io(threads: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nbd.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let server = Server::new(
+        Arc::new(MemExport::new(SIZE)),
+        ServerOptions { threads, ..opts() },
+    );
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server
+            .serve_unix(listener, async {
+                let _ = rx.await;
+            })
+            .await
+    });
+    let uri = format!("nbd+unix:///disk?socket={}", path.display());
+    let out = tokio::process::Command::new("qemu-io")
+        .args(["-f", "raw", &uri])
+        .args([
+            "-c",
+            "aio_write -P 0xab 0 64k",
+            "-c",
+            "aio_write -P 0xcd 64k 64k",
+        ])
+        .args(["-c", "aio_flush", "-c", "flush"])
+        .args(["-c", "read -P 0xab 0 64k", "-c", "read -P 0xcd 64k 64k"])
+        .output()
+        .await
+        .expect("qemu-io runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{uri}: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("Pattern verification failed"), "{text}");
+    assert_eq!(text.matches("read 65536/65536 bytes").count(), 2, "{text}");
+    let _ = tx.send(());
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("server stops")
+        .expect("join")
+        .expect("serve_unix");
+}
+
+/// Plain TCP connections are served by the connection's own threads by
+/// default, and by the async loop with `threads = 0`.
+#[tokio::test]
+async fn threads_option_picks_the_loop() {
+    for (threads, want) in [(16, true), (0, false)] {
+        let export = Arc::new(TestExport::new());
+        let srv = start_with(export.clone(), ServerOptions { threads, ..opts() }).await;
+        let mut c = Client::ready(srv.addr, true).await;
+        for i in 0..4 {
+            assert_eq!(c.read(i, i * 4096, 16).await, vec![0; 16]);
+        }
+        srv.shutdown().await;
+        let seen = export.read_threads.lock().unwrap().clone();
+        assert_eq!(seen.len(), 4);
+        assert!(
+            seen.iter().all(|n| (n == "tierd-nbd") == want),
+            "threads = {threads}: reads ran on {seen:?}"
+        );
+    }
 }

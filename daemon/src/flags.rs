@@ -114,6 +114,11 @@ const FLAGS: &[Flag] = {
             "NBD connections served at once (default 256)",
         ),
         flag(
+            "nbd-threads",
+            Value("N"),
+            "Threads per NBD connection on plain sockets; 0 for the async loop (default 16)",
+        ),
+        flag(
             "handshake-timeout",
             Value("DURATION"),
             "Time allowed for a client's handshake, e.g. 30s, 500ms (default 30s)",

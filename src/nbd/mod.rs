@@ -14,7 +14,10 @@
 //!   transmission flags derived from the export's capabilities.
 //! - `request`: reading and validating request headers and payloads.
 //! - `reply`: simple/structured replies and block-status descriptors.
-//! - `transmission`: the per-connection request loop, permits, the writer.
+//! - `transmission`: the async per-connection request loop, permits, the
+//!   writer (TLS and in-memory streams, or every stream with `threads = 0`).
+//! - `threaded`: the transmission phase of plain TCP and Unix sockets on a
+//!   few blocking threads per connection, each serving whole requests.
 //! - [`server`]: the [`Server`]: listeners, accept loop, connection lifetime,
 //!   shutdown.
 //! - [`tls`]: rustls configuration for `NBD_OPT_STARTTLS`.
@@ -26,6 +29,7 @@ pub mod proto;
 mod reply;
 mod request;
 pub mod server;
+mod threaded;
 pub mod tls;
 mod transmission;
 

@@ -299,6 +299,63 @@ where
     Ok(())
 }
 
+/// [`read_header`] for a blocking reader (the threaded transmission loop).
+pub(super) fn read_header_blocking<R: std::io::Read>(
+    rd: &mut R,
+    hdr: &mut [u8; proto::REQUEST_HEADER_LEN],
+) -> std::io::Result<bool> {
+    let mut filled = 0;
+    while filled < hdr.len() {
+        let n = match rd.read(&mut hdr[filled..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            if filled == 0 {
+                return Ok(false);
+            }
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "end of stream inside a request header",
+            ));
+        }
+        filled += n;
+    }
+    Ok(true)
+}
+
+/// Read a WRITE payload of `len` bytes from a blocking reader into a new
+/// buffer, without zero-filling it first.
+pub(super) fn read_payload_blocking<R: std::io::Read>(
+    rd: &mut R,
+    len: u32,
+) -> std::io::Result<Vec<u8>> {
+    let want = len as usize;
+    let mut data = Vec::with_capacity(want);
+    let mut part = std::io::Read::take(&mut *rd, u64::from(len));
+    std::io::Read::read_to_end(&mut part, &mut data)?;
+    if data.len() != want {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "end of stream inside a write payload",
+        ));
+    }
+    Ok(data)
+}
+
+/// [`discard`] for a blocking reader.
+pub(super) fn discard_blocking<R: std::io::Read>(rd: &mut R, n: u64) -> std::io::Result<()> {
+    let copied = std::io::copy(&mut std::io::Read::take(&mut *rd, n), &mut std::io::sink())?;
+    if copied != n {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "end of stream inside a payload",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

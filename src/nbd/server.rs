@@ -24,7 +24,8 @@ use tokio::sync::Semaphore;
 use tracing::{debug, warn, Instrument};
 
 use super::export::Export;
-use super::handshake::handshake;
+use super::handshake::{handshake, Conn};
+use super::threaded;
 use super::tls::ServerTls;
 use super::transmission::transmission;
 use crate::listen::{self, Accept, Drain, LoopOptions, Stop};
@@ -72,6 +73,11 @@ pub struct ServerOptions {
     /// Bytes of request/reply data in flight per connection (raised to at
     /// least `max_request` so that one maximal request always fits).
     pub max_in_flight_bytes: usize,
+    /// Threads serving one connection on a plain TCP or Unix socket, each
+    /// taking, running and answering whole requests (at most
+    /// `max_in_flight`); 0 serves those connections on the async loop, as
+    /// TLS and other streams always are.
+    pub threads: usize,
     /// When set, TLS is required: a client must upgrade with
     /// `NBD_OPT_STARTTLS` first; every other option except `NBD_OPT_ABORT`
     /// is refused with `NBD_REP_ERR_TLS_REQD` until it has. When `None`,
@@ -92,6 +98,7 @@ impl Default for ServerOptions {
             max_connections: 256,
             max_in_flight: 64,
             max_in_flight_bytes: 128 * 1024 * 1024,
+            threads: 16,
             tls: None,
             observer: Arc::new(NoObserver),
         }
@@ -273,6 +280,18 @@ impl Server {
             tls = stream.is_tls(),
             "transmission phase"
         );
+        let stream = match stream {
+            Conn::Plain(s) if self.inner.opts.threads > 0 => match threaded::into_blocking(s) {
+                Ok(sock) => {
+                    let sock = sock?;
+                    let export = &self.inner.export;
+                    return threaded::transmission(export, &self.inner.opts, sock, session, stop)
+                        .await;
+                }
+                Err(s) => Conn::Plain(s),
+            },
+            other => other,
+        };
         transmission(&self.inner.export, &self.inner.opts, stream, session, stop).await
     }
 }

@@ -31,7 +31,7 @@ use super::server::{ConnectionError, RequestObserver, ServerOptions};
 use crate::listen::Stop;
 
 /// Bytes accounted to every in-flight request besides its data buffer.
-const REQUEST_OVERHEAD: u32 = 256;
+pub(super) const REQUEST_OVERHEAD: u32 = 256;
 
 /// One encoded reply on its way to the writer, with the permits it holds.
 struct Outgoing {
@@ -292,7 +292,7 @@ impl Dispatch {
 }
 
 /// Report a finished op to the observer and encode its reply.
-fn finish(
+pub(super) fn finish(
     observer: &dyn RequestObserver,
     cookie: u64,
     structured: bool,
@@ -315,7 +315,7 @@ fn finish(
 }
 
 /// Run one validated request on the export (on a blocking thread).
-fn run_op(export: &dyn Export, op: Op) -> Result<OpOutput, ExportError> {
+pub(super) fn run_op(export: &dyn Export, op: Op) -> Result<OpOutput, ExportError> {
     match op {
         Op::Read { offset, len, hint } => {
             let mut data = vec![0u8; len as usize];
@@ -407,7 +407,7 @@ async fn acquire(
 
 /// Byte budget of one connection: the configured one, raised so that the
 /// costliest single request always fits (else it would wait forever).
-fn byte_budget(opts: &ServerOptions) -> usize {
+pub(super) fn byte_budget(opts: &ServerOptions) -> usize {
     let largest = (opts.max_request as usize).max(8 * MAX_DESCRIPTORS);
     opts.max_in_flight_bytes
         .max(largest + REQUEST_OVERHEAD as usize)

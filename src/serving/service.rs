@@ -291,6 +291,7 @@ pub async fn run_with(
         description: format!("tierd volume {}", volume.id()),
         read_only: cfg.read_only,
         max_connections: cfg.max_connections,
+        threads: cfg.nbd_threads,
         handshake_timeout: cfg.handshake_timeout,
         tls: tls.clone(),
         observer: Arc::new(NbdMetrics),

@@ -32,12 +32,15 @@ pub const PANIC_AT: u64 = 3 * 1024 * 1024;
 /// blocking thread; it advertises fast zero but refuses every fast zero.
 pub struct TestExport {
     pub mem: MemExport,
+    /// The name of the thread each read ran on, in order.
+    pub read_threads: std::sync::Mutex<Vec<String>>,
 }
 
 impl TestExport {
     pub fn new() -> Self {
         TestExport {
             mem: MemExport::new(SIZE),
+            read_threads: Default::default(),
         }
     }
 }
@@ -53,6 +56,10 @@ impl Export for TestExport {
     fn read(&self, offset: u64, buf: &mut [u8], ctx: IoCtx) -> Result<(), ExportError> {
         if !ctx.may_block {
             return Err(ExportError::WouldBlock);
+        }
+        let thread = std::thread::current().name().unwrap_or("").to_string();
+        if let Ok(mut names) = self.read_threads.lock() {
+            names.push(thread);
         }
         if offset == SLOW_AT {
             std::thread::sleep(SLOW);
