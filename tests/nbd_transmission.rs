@@ -721,8 +721,39 @@ async fn threads_option_picks_the_loop() {
         let seen = export.read_threads.lock().unwrap().clone();
         assert_eq!(seen.len(), 4);
         assert!(
-            seen.iter().all(|n| (n == "tierd-nbd") == want),
+            seen.iter().all(|(n, _)| (n == "tierd-nbd") == want),
             "threads = {threads}: reads ran on {seen:?}"
         );
     }
+}
+
+/// The threaded loop's pool: requests that wait off the CPU (a slow device)
+/// grow it to the configured count, so that they are served side by side.
+#[tokio::test]
+async fn waiting_requests_grow_the_thread_pool() {
+    let threads = 12;
+    let export = Arc::new(TestExport {
+        read_sleep: Duration::from_millis(20),
+        ..TestExport::new()
+    });
+    let srv = start_with(export.clone(), ServerOptions { threads, ..opts() }).await;
+    with_timeout(async {
+        let mut c = Client::ready(srv.addr, true).await;
+        // Rounds of pipelined reads, each round as deep as the pool may be.
+        for round in 0..8u64 {
+            for i in 0..threads as u64 {
+                c.request(0, CMD_READ, round * 100 + i, i * 4096, 512).await;
+            }
+            for i in 0..threads as u64 {
+                assert_eq!(c.result(round * 100 + i).await, (0, vec![0; 512]));
+            }
+        }
+    })
+    .await;
+    srv.shutdown().await;
+    assert_eq!(
+        export.read_thread_count(),
+        threads,
+        "the pool reached its full count"
+    );
 }

@@ -80,23 +80,38 @@ pub(super) fn error_reply(cookie: u64, structured: bool, errno: u32, msg: &str) 
     }
 }
 
+/// The header sent before `len` bytes of read data; `Err` holds the error
+/// reply to send instead (no data follows it).
+pub(super) fn read_reply_head(
+    cookie: u64,
+    structured: bool,
+    offset: u64,
+    len: usize,
+) -> Result<Vec<u8>, Vec<u8>> {
+    if !structured {
+        return Ok(proto::encode_simple_reply(0, cookie).to_vec());
+    }
+    let mut head = Vec::with_capacity(proto::STRUCTURED_HEADER_LEN + 8);
+    match proto::encode_offset_data_header(&mut head, cookie, offset, len, true) {
+        Some(()) => Ok(head),
+        // Unreachable with max_request below 4 GiB; fail cleanly anyway.
+        None => Err(error_reply(
+            cookie,
+            true,
+            proto::EOVERFLOW,
+            "read too large for one chunk",
+        )),
+    }
+}
+
 /// The reply to an op that succeeded.
 pub(super) fn success_reply(cookie: u64, structured: bool, out: OpOutput) -> Encoded {
     match out {
         OpOutput::Done => (ok_reply(cookie, structured), None),
         OpOutput::Data { offset, data } => {
-            if structured {
-                let mut head = Vec::with_capacity(proto::STRUCTURED_HEADER_LEN + 8);
-                if proto::encode_offset_data_header(&mut head, cookie, offset, data.len(), true)
-                    .is_none()
-                {
-                    // Unreachable with max_request below 4 GiB; fail cleanly anyway.
-                    let msg = "read too large for one chunk";
-                    return (error_reply(cookie, true, proto::EOVERFLOW, msg), None);
-                }
-                (head, Some(data))
-            } else {
-                (proto::encode_simple_reply(0, cookie).to_vec(), Some(data))
+            match read_reply_head(cookie, structured, offset, data.len()) {
+                Ok(head) => (head, Some(data)),
+                Err(head) => (head, None),
             }
         }
         OpOutput::Status(descs) => {

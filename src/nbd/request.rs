@@ -325,25 +325,6 @@ pub(super) fn read_header_blocking<R: std::io::Read>(
     Ok(true)
 }
 
-/// Read a WRITE payload of `len` bytes from a blocking reader into a new
-/// buffer, without zero-filling it first.
-pub(super) fn read_payload_blocking<R: std::io::Read>(
-    rd: &mut R,
-    len: u32,
-) -> std::io::Result<Vec<u8>> {
-    let want = len as usize;
-    let mut data = Vec::with_capacity(want);
-    let mut part = std::io::Read::take(&mut *rd, u64::from(len));
-    std::io::Read::read_to_end(&mut part, &mut data)?;
-    if data.len() != want {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "end of stream inside a write payload",
-        ));
-    }
-    Ok(data)
-}
-
 /// [`discard`] for a blocking reader.
 pub(super) fn discard_blocking<R: std::io::Read>(rd: &mut R, n: u64) -> std::io::Result<()> {
     let copied = std::io::copy(&mut std::io::Read::take(&mut *rd, n), &mut std::io::sink())?;

@@ -9,38 +9,69 @@
 //! never changes threads on its way, so it costs no hand-off and no wake-up
 //! of another task; replies leave out of order but never interleave. The
 //! last thread to finish a reply while no other waits to write one flushes
-//! the buffered replies: under load, one send carries many replies.
+//! the buffered replies: under load, one send carries many replies. Each
+//! thread keeps one data buffer: a WRITE payload is received into it and a
+//! READ is read into it and sent from it, with no allocation, zero-filling
+//! or extra copy per request.
+//!
+//! A READ that arrives alone (the receive that brought it brought nothing
+//! else) is first tried without waiting, by the thread that read it and
+//! still holding the reader: a page-cache hit at queue depth 1 is answered
+//! with three system calls (receive, read, send) and without waking a
+//! second thread to read the next request; a request arriving meanwhile
+//! waits for one cached read at most. Anything that would wait goes the
+//! usual way.
 //!
 //! Threads start one at a time, whenever a request leaves no thread waiting
 //! to read the next one, up to [`ServerOptions::threads`] (capped by
-//! [`ServerOptions::max_in_flight`]). Payload memory is bounded by the same
+//! [`ServerOptions::max_in_flight`]). While requests are served without
+//! waiting for a device (data in the page cache, so the thread runs the
+//! whole time) the pool stops at two threads per CPU: more threads running
+//! at once only queue on the same locks (measured in docs/performance.md).
+//! Once the threads spend most of a request off the CPU (its thread CPU
+//! time against its wall time: waiting for a device, as with O_DIRECT, a
+//! modelled drive or a page-cache miss) it grows to the full count, so that
+//! requests keep the device's queue full and requests for the fast tier do
+//! not queue behind ones waiting for the slow tier; when they stop waiting,
+//! threads beyond the cap end after their request. Payload memory is
+//! bounded by the same
 //! byte budget as the async loop. Shutdown shuts the socket's read side:
 //! a thread blocked reading sees end of stream, requests in flight finish
 //! and are answered, then the connection closes.
 
 use std::any::Any;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use super::export::{Export, ExportConn};
+use super::export::{Export, ExportConn, ExportError, IoCtx};
 use super::handshake::Session;
 use super::proto;
-use super::reply::{error_reply, ok_reply, Encoded};
-use super::request::{discard_blocking, read_header_blocking, read_payload_blocking, validate, Op};
+use super::reply::{error_reply, ok_reply, read_reply_head, success_reply};
+use super::request::{discard_blocking, read_header_blocking, validate, Op};
 use super::server::{ConnectionError, RequestObserver, ServerOptions};
-use super::transmission::{byte_budget, finish, run_op, REQUEST_OVERHEAD};
+use super::transmission::{byte_budget, run_op, REQUEST_OVERHEAD};
 use crate::listen::Stop;
+use crate::units::IoHint;
 
 /// Buffered reply bytes before a write reaches the socket regardless.
 const WRITE_BUFFER: usize = 256 * 1024;
+/// Read data up to this long is copied into the reply buffer (to leave with
+/// other replies); longer data is sent from the thread's own buffer.
+const COPY_LIMIT: usize = 16 * 1024;
 /// Read buffer: many small requests come in with one receive.
 const READ_BUFFER: usize = 128 * 1024;
+/// A thread's data buffer grown past this is given back after its request.
+const KEEP_BUFFER: usize = 4 * 1024 * 1024;
+/// Share of their time that requests spend off the CPU (in 1/65536, moving
+/// average over about 16 requests) from which the pool may grow past two
+/// threads per CPU.
+const WAITING_SHARE: u32 = 65536 / 2;
 
 /// A connected plain socket in blocking mode.
 pub(super) enum Sock {
@@ -122,12 +153,80 @@ pub(super) fn into_blocking<S: 'static>(stream: S) -> Result<io::Result<Sock>, S
     }
 }
 
-/// What a thread took off the socket.
+/// What a thread took off the socket. `cost`: the budget bytes it holds.
 enum Job {
-    /// Answer at once with this encoded reply, holding `cost` budget bytes.
-    Reply(Vec<u8>, usize),
-    /// Run this op, holding `cost` budget bytes.
-    Run { op: Op, cookie: u64, cost: usize },
+    /// Answer at once with this encoded reply.
+    Reply(Vec<u8>),
+    /// Read `len` bytes into the thread's buffer and send them.
+    Read {
+        cookie: u64,
+        offset: u64,
+        len: u32,
+        hint: IoHint,
+        cost: usize,
+    },
+    /// Write the payload now at the start of the thread's buffer.
+    Write {
+        cookie: u64,
+        offset: u64,
+        len: u32,
+        fua: bool,
+        hint: IoHint,
+        cost: usize,
+    },
+    /// Any other op.
+    Other { op: Op, cookie: u64, cost: usize },
+}
+
+/// The write side: replies gathered in `buf` and sent together; long read
+/// data goes out from the thread's buffer in the same system call.
+struct Replies {
+    sock: Sock,
+    buf: Vec<u8>,
+}
+
+impl Replies {
+    /// Queue (or send) one reply.
+    fn push(&mut self, head: &[u8], data: &[u8]) -> io::Result<()> {
+        let fits = self.buf.len() + head.len() + data.len() <= WRITE_BUFFER;
+        if data.len() <= COPY_LIMIT && fits {
+            self.buf.extend_from_slice(head);
+            self.buf.extend_from_slice(data);
+            return Ok(());
+        }
+        let r = write_all_vectored(&mut self.sock, &[&self.buf, head, data]);
+        self.buf.clear();
+        r
+    }
+
+    /// Send what is queued.
+    fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let r = self.sock.write_all(&self.buf);
+        self.buf.clear();
+        r
+    }
+}
+
+/// Write every byte of `parts`, in order, with vectored writes.
+fn write_all_vectored(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| IoSlice::new(p))
+        .collect();
+    let mut left = &mut slices[..];
+    while !left.is_empty() {
+        match w.write_vectored(left) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The read side: one thread at a time.
@@ -147,8 +246,15 @@ struct Pool {
 
 /// Bytes of request data a connection may hold in memory.
 struct Budget {
-    free: Mutex<usize>,
+    free: Mutex<Room>,
     freed: Condvar,
+}
+
+/// Budget bytes free, and whether a reader waits for some (only then is
+/// there anyone to wake: a wake-up costs a system call).
+struct Room {
+    bytes: usize,
+    waiting: bool,
 }
 
 /// What every thread of one connection shares.
@@ -158,8 +264,13 @@ struct Shared {
     session: Session,
     max_request: u32,
     max_threads: usize,
+    /// The pool size while requests are fast: two threads per CPU.
+    cpu_threads: usize,
+    /// Moving average of the share of a request's time spent off the CPU,
+    /// in 1/65536.
+    waited: AtomicU32,
     reader: Mutex<Reader>,
-    writer: Mutex<BufWriter<Sock>>,
+    writer: Mutex<Replies>,
     /// Threads holding a reply that they have not written yet.
     replies_waiting: AtomicUsize,
     budget: Budget,
@@ -197,15 +308,23 @@ pub(super) async fn transmission(
         session,
         max_request: opts.max_request,
         max_threads: opts.threads.min(opts.max_in_flight).max(1),
+        cpu_threads: std::thread::available_parallelism().map_or(2, |n| 2 * n.get()),
+        waited: AtomicU32::new(0),
         reader: Mutex::new(Reader {
             rd: BufReader::with_capacity(READ_BUFFER, rd),
             conn: export.connect(),
             ended: false,
         }),
-        writer: Mutex::new(BufWriter::with_capacity(WRITE_BUFFER, sock)),
+        writer: Mutex::new(Replies {
+            sock,
+            buf: Vec::with_capacity(WRITE_BUFFER),
+        }),
         replies_waiting: AtomicUsize::new(0),
         budget: Budget {
-            free: Mutex::new(byte_budget(opts)),
+            free: Mutex::new(Room {
+                bytes: byte_budget(opts),
+                waiting: false,
+            }),
             freed: Condvar::new(),
         },
         pool: Mutex::new(Pool {
@@ -240,6 +359,11 @@ pub(super) async fn transmission(
             break;
         }
     }
+    debug!(
+        threads = lock(&shared.pool).threads,
+        waited_share = shared.waited.load(Ordering::Relaxed),
+        "connection threads done"
+    );
     let failure = lock(&shared.failure).take();
     match failure {
         Some(e) => Err(e),
@@ -276,13 +400,16 @@ impl Shared {
 
     /// One thread's loop: take a request, run it, answer it.
     fn serve(self: &Arc<Self>) {
+        let mut buf = Vec::new();
+        // The reader, kept after a READ answered on the spot.
+        let mut held: Option<MutexGuard<'_, Reader>> = None;
         loop {
             let job = {
-                let mut r = lock(&self.reader);
+                let mut r = held.take().unwrap_or_else(|| lock(&self.reader));
                 if r.ended {
                     return;
                 }
-                match self.next(&mut r) {
+                let job = match self.next(&mut r, &mut buf) {
                     Ok(Some(job)) => job,
                     Ok(None) => {
                         r.ended = true;
@@ -295,26 +422,53 @@ impl Shared {
                         self.fail(e, Shutdown::Read);
                         return;
                     }
+                };
+                match job {
+                    Job::Read {
+                        cookie,
+                        offset,
+                        len,
+                        hint,
+                        cost,
+                    } if r.rd.buffer().is_empty() => {
+                        if self.read_now(cookie, offset, len, hint, &mut buf) {
+                            self.release(cost);
+                            held = Some(r);
+                            continue;
+                        }
+                        job
+                    }
+                    job => job,
                 }
             };
-            match job {
-                Job::Reply(head, cost) => {
-                    self.reply(&head, None);
-                    self.release(cost);
+            let cost = match job {
+                Job::Reply(head) => {
+                    self.reply(&head, &[]);
+                    continue;
                 }
-                Job::Run { op, cookie, cost } => {
-                    self.busy();
-                    let (head, data) = self.run(op, cookie);
-                    self.reply(&head, data.as_deref());
-                    self.release(cost);
-                    lock(&self.pool).idle += 1;
+                Job::Read { cost, .. } | Job::Write { cost, .. } | Job::Other { cost, .. } => cost,
+            };
+            self.busy();
+            self.run(job, &mut buf);
+            self.release(cost);
+            {
+                let mut pool = lock(&self.pool);
+                if pool.threads > self.thread_cap() {
+                    // Requests no longer wait: this thread is one too many.
+                    pool.threads -= 1;
+                    return;
                 }
+                pool.idle += 1;
+            }
+            if buf.capacity() > KEEP_BUFFER {
+                buf = Vec::new();
             }
         }
     }
 
-    /// Read the next request; `None` when no more will be read.
-    fn next(&self, r: &mut Reader) -> Result<Option<Job>, ConnectionError> {
+    /// Read the next request (a WRITE's payload into `buf`); `None` when no
+    /// more will be read.
+    fn next(&self, r: &mut Reader, buf: &mut Vec<u8>) -> Result<Option<Job>, ConnectionError> {
         let mut hdr = [0u8; proto::REQUEST_HEADER_LEN];
         let got = match read_header_blocking(&mut r.rd, &mut hdr) {
             Ok(got) => got,
@@ -340,9 +494,7 @@ impl Shared {
         let structured = self.session.structured;
         let (op, data_bytes) = match validate(&req, &self.session, self.max_request) {
             Ok(Some(v)) => v,
-            Ok(None) => {
-                return Ok(Some(Job::Reply(ok_reply(req.cookie, structured), 0)));
-            }
+            Ok(None) => return Ok(Some(Job::Reply(ok_reply(req.cookie, structured)))),
             Err(refusal) => {
                 if req.typ == proto::CMD_WRITE {
                     discard_blocking(&mut r.rd, u64::from(req.length))?;
@@ -355,7 +507,7 @@ impl Shared {
                     refusal.msg
                 );
                 let head = error_reply(req.cookie, structured, refusal.errno, refusal.msg);
-                return Ok(Some(Job::Reply(head, 0)));
+                return Ok(Some(Job::Reply(head)));
             }
         };
         let cost = REQUEST_OVERHEAD.saturating_add(data_bytes) as usize;
@@ -367,36 +519,33 @@ impl Shared {
             r.ended = true;
             let msg = "server is shutting down";
             let head = error_reply(req.cookie, structured, proto::ESHUTDOWN, msg);
-            return Ok(Some(Job::Reply(head, 0)));
+            return Ok(Some(Job::Reply(head)));
         }
-        let op = match op {
+        let cookie = req.cookie;
+        Ok(Some(match op {
             Op::Write { offset, fua, .. } => {
-                // Allocated only now: the length passed validation.
-                let data = match read_payload_blocking(&mut r.rd, req.length) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        self.release(cost);
-                        return Err(e.into());
-                    }
-                };
+                if let Err(e) = receive(&mut r.rd, buf, req.length) {
+                    self.release(cost);
+                    return Err(e.into());
+                }
                 let hint = r.conn.hint(offset, u64::from(req.length));
-                Op::Write {
+                Job::Write {
+                    cookie,
                     offset,
-                    data,
+                    len: req.length,
                     fua,
                     hint,
+                    cost,
                 }
             }
-            Op::Read { offset, len, .. } => {
-                let hint = r.conn.hint(offset, u64::from(len));
-                Op::Read { offset, len, hint }
-            }
-            other => other,
-        };
-        Ok(Some(Job::Run {
-            op,
-            cookie: req.cookie,
-            cost,
+            Op::Read { offset, len, .. } => Job::Read {
+                cookie,
+                offset,
+                len,
+                hint: r.conn.hint(offset, u64::from(len)),
+                cost,
+            },
+            op => Job::Other { op, cookie, cost },
         }))
     }
 
@@ -405,7 +554,7 @@ impl Shared {
     fn busy(self: &Arc<Self>) {
         let mut pool = lock(&self.pool);
         pool.idle -= 1;
-        if pool.idle > 0 || pool.threads >= self.max_threads || self.ended() {
+        if pool.idle > 0 || pool.threads >= self.thread_cap() || self.ended() {
             return;
         }
         pool.threads += 1;
@@ -417,44 +566,154 @@ impl Shared {
         }
     }
 
+    /// How many threads the pool may have now.
+    fn thread_cap(&self) -> usize {
+        if self.waited.load(Ordering::Relaxed) < WAITING_SHARE {
+            self.max_threads.min(self.cpu_threads)
+        } else {
+            self.max_threads
+        }
+    }
+
+    /// Fold one request's share off the CPU into the average (weight 1/16).
+    /// Racing updates may lose one sample; it is a hint.
+    fn note_wait(&self, wall: Duration, cpu: Duration) {
+        let wall_ns = wall.as_nanos().max(1);
+        let off = wall_ns.saturating_sub(cpu.as_nanos());
+        let share = u32::try_from(off * 65536 / wall_ns).unwrap_or(65536);
+        let old = self.waited.load(Ordering::Relaxed);
+        let new = old - old / 16 + share / 16;
+        self.waited.store(new, Ordering::Relaxed);
+    }
+
     fn ended(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
     }
 
-    /// Run one op on the export and encode its reply.
-    fn run(&self, op: Op, cookie: u64) -> Encoded {
-        let (command, bytes) = op.label();
-        let started = Instant::now();
+    /// Run a job on the export and answer it.
+    fn run(&self, job: Job, buf: &mut Vec<u8>) {
         let structured = self.session.structured;
         let export = &*self.export;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_op(export, op))) {
-            Ok(r) => finish(
-                &*self.observer,
+        match job {
+            Job::Reply(head) => self.reply(&head, &[]),
+            Job::Read {
                 cookie,
-                structured,
-                command,
-                bytes,
-                started,
-                r,
-            ),
-            Err(_) => {
-                warn!(cookie, "request panicked in the export");
-                self.observer
-                    .request_done(command, bytes, started.elapsed(), false);
-                let msg = "internal server error";
-                (error_reply(cookie, structured, proto::EIO, msg), None)
+                offset,
+                len,
+                hint,
+                ..
+            } => {
+                let n = len as usize;
+                let data = room(buf, n);
+                let ctx = IoCtx::blocking().with_hint(hint);
+                let done = self.call("read", u64::from(len), cookie, || {
+                    export.read(offset, data, ctx)
+                });
+                match done.map(|()| read_reply_head(cookie, structured, offset, n)) {
+                    Ok(Ok(head)) => self.reply(&head, &buf[..n]),
+                    Ok(Err(head)) | Err(head) => self.reply(&head, &[]),
+                }
+            }
+            Job::Write {
+                cookie,
+                offset,
+                len,
+                fua,
+                hint,
+                ..
+            } => {
+                let ctx = IoCtx::blocking().with_hint(hint).with_fua(fua);
+                let data = &buf[..len as usize];
+                let done = self.call("write", data.len() as u64, cookie, || {
+                    export.write(offset, data, ctx)
+                });
+                match done {
+                    Ok(()) => self.reply(&ok_reply(cookie, structured), &[]),
+                    Err(head) => self.reply(&head, &[]),
+                }
+            }
+            Job::Other { op, cookie, .. } => {
+                let (command, bytes) = op.label();
+                match self.call(command, bytes, cookie, || run_op(export, op)) {
+                    Ok(out) => {
+                        let (head, data) = success_reply(cookie, structured, out);
+                        self.reply(&head, data.as_deref().unwrap_or(&[]));
+                    }
+                    Err(head) => self.reply(&head, &[]),
+                }
             }
         }
     }
 
-    /// Write one reply; the last writer in a row flushes them all.
-    fn reply(&self, head: &[u8], data: Option<&[u8]>) {
+    /// Answer a READ if the export can serve it without waiting; `false`
+    /// (nothing done) if it cannot.
+    fn read_now(
+        &self,
+        cookie: u64,
+        offset: u64,
+        len: u32,
+        hint: IoHint,
+        buf: &mut Vec<u8>,
+    ) -> bool {
+        let n = len as usize;
+        let started = Instant::now();
+        let export = &*self.export;
+        let data = room(buf, n);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            export.read(offset, data, IoCtx::nowait(hint))
+        }));
+        match r {
+            Ok(Ok(())) => {
+                self.observer
+                    .request_done("read", u64::from(len), started.elapsed(), true);
+                match read_reply_head(cookie, self.session.structured, offset, n) {
+                    Ok(head) => self.reply(&head, &buf[..n]),
+                    Err(head) => self.reply(&head, &[]),
+                }
+                true
+            }
+            // Would wait, failed or panicked: the usual path runs it again
+            // and answers whatever it gives.
+            _ => false,
+        }
+    }
+
+    /// Call the export, report the request to the observer, and turn a
+    /// failure (or a panic in the export) into its encoded error reply.
+    fn call<T>(
+        &self,
+        command: &'static str,
+        bytes: u64,
+        cookie: u64,
+        f: impl FnOnce() -> Result<T, ExportError>,
+    ) -> Result<T, Vec<u8>> {
+        let started = Instant::now();
+        let cpu = thread_cpu();
+        let structured = self.session.structured;
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        self.note_wait(started.elapsed(), thread_cpu().saturating_sub(cpu));
+        let ok = matches!(result, Ok(Ok(_)));
+        self.observer
+            .request_done(command, bytes, started.elapsed(), ok);
+        match result {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                debug!(cookie, errno = e.errno(), "request failed: {e}");
+                Err(error_reply(cookie, structured, e.errno(), &e.to_string()))
+            }
+            Err(_) => {
+                warn!(cookie, "request panicked in the export");
+                let msg = "internal server error";
+                Err(error_reply(cookie, structured, proto::EIO, msg))
+            }
+        }
+    }
+
+    /// Send one reply; the last writer in a row flushes them all.
+    fn reply(&self, head: &[u8], data: &[u8]) {
         self.replies_waiting.fetch_add(1, Ordering::AcqRel);
         let mut w = lock(&self.writer);
-        let mut result = w.write_all(head);
-        if let (Ok(()), Some(data)) = (&result, data) {
-            result = w.write_all(data);
-        }
+        let mut result = w.push(head, data);
         let others = self.replies_waiting.fetch_sub(1, Ordering::AcqRel) - 1;
         if result.is_ok() && others == 0 {
             result = w.flush();
@@ -472,10 +731,12 @@ impl Shared {
             if self.stopping.load(Ordering::Acquire) {
                 return false;
             }
-            if *free >= cost {
-                *free -= cost;
+            if free.bytes >= cost {
+                free.bytes -= cost;
+                free.waiting = false;
                 return true;
             }
+            free.waiting = true;
             free = self
                 .budget
                 .freed
@@ -488,8 +749,11 @@ impl Shared {
         if cost == 0 {
             return;
         }
-        *lock(&self.budget.free) += cost;
-        self.budget.freed.notify_all();
+        let mut free = lock(&self.budget.free);
+        free.bytes += cost;
+        if free.waiting {
+            self.budget.freed.notify_all();
+        }
     }
 
     /// Stop reading requests: wake a thread blocked on the socket or on the
@@ -520,4 +784,27 @@ impl Shared {
         }
         let _ = self.ctl.shutdown(how);
     }
+}
+
+/// Receive a WRITE payload of `len` bytes into the start of `buf`.
+fn receive(rd: &mut impl Read, buf: &mut Vec<u8>, len: u32) -> io::Result<()> {
+    rd.read_exact(room(buf, len as usize))
+}
+
+/// The first `n` bytes of `buf`, grown (zero-filled) only when shorter: the
+/// buffer keeps the length it once had, so reuse costs no zero-filling.
+fn room(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
+    if buf.len() < n {
+        buf.resize(n, 0);
+    }
+    &mut buf[..n]
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }

@@ -32,8 +32,10 @@ pub const PANIC_AT: u64 = 3 * 1024 * 1024;
 /// blocking thread; it advertises fast zero but refuses every fast zero.
 pub struct TestExport {
     pub mem: MemExport,
-    /// The name of the thread each read ran on, in order.
-    pub read_threads: std::sync::Mutex<Vec<String>>,
+    /// The thread (name, id) each read ran on, in order.
+    pub read_threads: std::sync::Mutex<Vec<(String, std::thread::ThreadId)>>,
+    /// Every read sleeps this long (off the CPU, as on a slow device).
+    pub read_sleep: Duration,
 }
 
 impl TestExport {
@@ -41,7 +43,15 @@ impl TestExport {
         TestExport {
             mem: MemExport::new(SIZE),
             read_threads: Default::default(),
+            read_sleep: Duration::ZERO,
         }
+    }
+
+    /// Distinct threads that served reads.
+    pub fn read_thread_count(&self) -> usize {
+        let seen = self.read_threads.lock().unwrap();
+        let ids: std::collections::HashSet<_> = seen.iter().map(|(_, id)| *id).collect();
+        ids.len()
     }
 }
 
@@ -57,9 +67,12 @@ impl Export for TestExport {
         if !ctx.may_block {
             return Err(ExportError::WouldBlock);
         }
-        let thread = std::thread::current().name().unwrap_or("").to_string();
-        if let Ok(mut names) = self.read_threads.lock() {
-            names.push(thread);
+        let me = std::thread::current();
+        if let Ok(mut seen) = self.read_threads.lock() {
+            seen.push((me.name().unwrap_or("").to_string(), me.id()));
+        }
+        if !self.read_sleep.is_zero() {
+            std::thread::sleep(self.read_sleep);
         }
         if offset == SLOW_AT {
             std::thread::sleep(SLOW);
