@@ -20,7 +20,10 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
+    Histogram,
+};
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -182,17 +185,74 @@ fn describe() {
     describe_gauge!("tierd_up", "1 while the daemon serves");
 }
 
+/// The NBD commands the server reports ([`crate::nbd::RequestObserver`]).
+const NBD_COMMANDS: [&str; 7] = [
+    "read",
+    "write",
+    "flush",
+    "trim",
+    "cache",
+    "write_zeroes",
+    "block_status",
+];
+
+/// The series of one NBD command.
+struct CommandSeries {
+    command: &'static str,
+    ok: Counter,
+    error: Counter,
+    bytes: Counter,
+    duration: Histogram,
+}
+
+/// Handles of the per-request series, made once at the first request:
+/// naming a series by name and labels allocates its key on every call,
+/// which the data path should not pay per request.
+static NBD_SERIES: OnceLock<Vec<CommandSeries>> = OnceLock::new();
+
+/// `None` until [`install`] ran (handles made before would stay no-ops).
+fn nbd_series() -> Option<&'static [CommandSeries]> {
+    HANDLE.get()?;
+    let series = NBD_SERIES.get_or_init(|| {
+        NBD_COMMANDS
+            .iter()
+            .map(|&command| CommandSeries {
+                command,
+                ok: counter!("tierd_nbd_requests_total", "command" => command, "result" => "ok"),
+                error: counter!("tierd_nbd_requests_total", "command" => command, "result" => "error"),
+                bytes: counter!("tierd_nbd_request_bytes_total", "command" => command),
+                duration: histogram!("tierd_nbd_request_duration_seconds", "command" => command),
+            })
+            .collect()
+    });
+    Some(series)
+}
+
 /// Record one completed NBD request: `command` is the lower-case command
 /// name (`read`, `write`, ...), `bytes` its payload, `ok` whether it
 /// succeeded. A no-op until [`install`] ran.
 pub fn record_nbd_request(command: &'static str, bytes: u64, elapsed: Duration, ok: bool) {
-    let result = if ok { "ok" } else { "error" };
-    counter!("tierd_nbd_requests_total", "command" => command, "result" => result).increment(1);
-    if bytes > 0 {
-        counter!("tierd_nbd_request_bytes_total", "command" => command).increment(bytes);
+    let known = nbd_series().and_then(|all| all.iter().find(|s| s.command == command));
+    let Some(series) = known else {
+        // Not installed, or a command this table does not know.
+        let result = if ok { "ok" } else { "error" };
+        counter!("tierd_nbd_requests_total", "command" => command, "result" => result).increment(1);
+        if bytes > 0 {
+            counter!("tierd_nbd_request_bytes_total", "command" => command).increment(bytes);
+        }
+        histogram!("tierd_nbd_request_duration_seconds", "command" => command)
+            .record(elapsed.as_secs_f64());
+        return;
+    };
+    if ok {
+        series.ok.increment(1);
+    } else {
+        series.error.increment(1);
     }
-    histogram!("tierd_nbd_request_duration_seconds", "command" => command)
-        .record(elapsed.as_secs_f64());
+    if bytes > 0 {
+        series.bytes.increment(bytes);
+    }
+    series.duration.record(elapsed.as_secs_f64());
 }
 
 /// Copy the live state into the recorder (walks the extent map: call off
