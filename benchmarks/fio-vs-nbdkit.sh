@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Compare tierd with nbdkit's file plugin over fio's nbd engine (libnbd).
+# Compare tierd with two reference NBD servers over fio's nbd engine
+# (libnbd): nbdkit's file plugin (a pool of threads doing pread/pwrite) and
+# qemu-nbd (coroutines on one thread, cache=writeback).
 #
-# Both servers run from image files on the same filesystem (page cache, no
-# device model). The test region [0, SIZE) of both exports is pre-filled
-# through NBD with the same fio job, then every job in benchmarks/fio/ runs
-# against both, ROUNDS times, interleaved A/B then B/A, since the VM is noisy.
+# All three serve image files on the same filesystem (page cache, no device
+# model; tierd with tiering on). The test region [0, SIZE) of each export is
+# pre-filled through NBD with the same fio job, then every job in
+# benchmarks/fio/ runs against each server, ROUNDS times, the server order
+# rotating from round to round since the VM is noisy. Ratios are tierd's
+# IOPS over each reference's, from the means over rounds.
 #
 # Usage: benchmarks/fio-vs-nbdkit.sh [--quick] [--runtime S] [--rounds N]
 #          [--size SIZE] [--json FILE] [--workdir DIR] [--keep]
-#          [--tierd PATH] [--no-build] [--jobs "job1 job2 ..."]
+#          [--tierd PATH] [--tierd-args "ARGS"] [--no-build]
+#          [--jobs "job1 job2 ..."] [--servers "tierd nbdkit qemu-nbd"]
 #   --quick        5 s per job instead of 20 s
 #   --runtime S    seconds per job (default 20)
 #   --rounds N     rounds of every job on both servers (default 2)
@@ -17,8 +22,10 @@
 #   --workdir DIR  where the images go (default: a new dir under /var/tmp)
 #   --keep         keep the work directory (images, logs, fio outputs)
 #   --tierd PATH   tierd binary (default target/release/tierd, built here)
+#   --tierd-args A extra arguments for `tierd serve`, e.g. "--nbd-threads 0"
 #   --no-build     do not run cargo build first
-#   --jobs LIST    subset of job names (default: all four)
+#   --jobs LIST    subset of job names (default: all eight)
+#   --servers LIST subset of servers (default: tierd nbdkit qemu-nbd)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,8 +39,10 @@ json_out=""
 workdir=""
 keep=0
 tierd_bin=""
+tierd_args=""
 build=1
-jobs="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd32 seqwrite-256k-qd4"
+jobs="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd32 randread-64k-qd8 randrw-8k-qd16 seqread-1m-qd4 seqwrite-256k-qd4"
+servers="tierd nbdkit qemu-nbd"
 
 die() { echo "fio-vs-nbdkit: $*" >&2; exit 1; }
 
@@ -47,15 +56,25 @@ while [ $# -gt 0 ]; do
         --workdir) workdir=${2:?}; shift ;;
         --keep) keep=1 ;;
         --tierd) tierd_bin=${2:?}; shift ;;
+        --tierd-args) tierd_args=${2?}; shift ;;
+        --servers) servers=${2:?}; shift ;;
         --no-build) build=0 ;;
         --jobs) jobs=${2:?}; shift ;;
-        -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
     shift
 done
 
-for t in fio nbdkit jq; do
+for s in $servers; do
+    case "$s" in
+        tierd|nbdkit|qemu-nbd) ;;
+        *) die "unknown server $s (tierd, nbdkit, qemu-nbd)" ;;
+    esac
+done
+case " $servers " in *" tierd "*) ;; *) die "--servers must include tierd" ;; esac
+refs=$(for s in $servers; do [ "$s" = tierd ] || echo "$s"; done | xargs)
+for t in fio jq $refs; do
     command -v "$t" >/dev/null || die "$t is not installed"
 done
 for j in $jobs prefill; do
@@ -84,11 +103,12 @@ points="$workdir/points.jsonl"
 
 tierd_pid=""
 nbdkit_pid=""
+qemu_pid=""
 cleanup() {
-    for p in $tierd_pid $nbdkit_pid; do
+    for p in $tierd_pid $nbdkit_pid $qemu_pid; do
         kill -TERM "$p" 2>/dev/null || true
     done
-    for p in $tierd_pid $nbdkit_pid; do
+    for p in $tierd_pid $nbdkit_pid $qemu_pid; do
         wait "$p" 2>/dev/null || true
     done
     if [ "$keep" = 1 ]; then
@@ -111,7 +131,8 @@ free_port() {
 
 # tierd: default geometry (4 GiB SSD + 32 GiB HDD, sparse image files).
 tierd_port=$(free_port 10811)
-"$tierd_bin" serve --data-dir "$workdir/tierd" --listen "127.0.0.1:$tierd_port" \
+# shellcheck disable=SC2086 # tierd_args is a list of arguments
+"$tierd_bin" serve --data-dir "$workdir/tierd" --listen "127.0.0.1:$tierd_port" $tierd_args \
     >"$workdir/tierd.log" 2>&1 &
 tierd_pid=$!
 for _ in $(seq 600); do
@@ -121,22 +142,40 @@ for _ in $(seq 600); do
 done
 grep -q "serving NBD over TCP" "$workdir/tierd.log" || die "tierd did not start listening"
 
-# nbdkit: one file as big as the test region, next to tierd's images.
-truncate -s "$size" "$workdir/nbdkit.img"
+# wait_port NAME PID PORT: until the server listens, or die with its log.
+wait_port() {
+    for _ in $(seq 600); do
+        port_free "$3" || return 0
+        kill -0 "$2" 2>/dev/null || { cat "$workdir/$1.log" >&2; die "$1 exited"; }
+        sleep 0.1
+    done
+    die "$1 did not start listening"
+}
+
+# The references: one file each, as big as the test region, next to
+# tierd's images.
 nbdkit_port=$(free_port $((tierd_port + 1)))
-nbdkit -f -i 127.0.0.1 -p "$nbdkit_port" --exit-with-parent \
-    file "$workdir/nbdkit.img" >"$workdir/nbdkit.log" 2>&1 &
-nbdkit_pid=$!
-for _ in $(seq 600); do
-    port_free "$nbdkit_port" || break
-    kill -0 "$nbdkit_pid" 2>/dev/null || { cat "$workdir/nbdkit.log" >&2; die "nbdkit exited"; }
-    sleep 0.1
-done
+qemu_port=$(free_port $((nbdkit_port + 1)))
+case " $servers " in *" nbdkit "*)
+    truncate -s "$size" "$workdir/nbdkit.img"
+    nbdkit -f -i 127.0.0.1 -p "$nbdkit_port" --exit-with-parent \
+        file "$workdir/nbdkit.img" >"$workdir/nbdkit.log" 2>&1 &
+    nbdkit_pid=$!
+    wait_port nbdkit "$nbdkit_pid" "$nbdkit_port"
+esac
+case " $servers " in *" qemu-nbd "*)
+    truncate -s "$size" "$workdir/qemu-nbd.img"
+    qemu-nbd -f raw -b 127.0.0.1 -p "$qemu_port" --persistent --shared=16 \
+        --cache=writeback "$workdir/qemu-nbd.img" >"$workdir/qemu-nbd.log" 2>&1 &
+    qemu_pid=$!
+    wait_port qemu-nbd "$qemu_pid" "$qemu_port"
+esac
 
 uri_of() {
     case "$1" in
         tierd) echo "nbd://127.0.0.1:$tierd_port" ;;
         nbdkit) echo "nbd://127.0.0.1:$nbdkit_port" ;;
+        qemu-nbd) echo "nbd://127.0.0.1:$qemu_port" ;;
     esac
 }
 
@@ -149,32 +188,44 @@ run_fio() {
         cat "$out" >&2 || true
         die "fio $job against $server failed"
     fi
-    for p in $tierd_pid $nbdkit_pid; do
+    for p in $tierd_pid $nbdkit_pid $qemu_pid; do
         kill -0 "$p" 2>/dev/null || die "a server died during $job against $server (logs in $workdir)"
     done
+    # IOPS and bandwidth add both directions (the mixed job has both);
+    # latency is that of the direction with more I/O.
     jq -c --arg server "$server" --arg job "$job" --argjson round "$round" '
         .jobs[0] as $j
-        | (if ($job | test("read")) then $j.read else $j.write end) as $d
         | if $j.error != 0 then error("fio job error \($j.error)") else . end
+        | (if $j.read.total_ios >= $j.write.total_ios then $j.read else $j.write end) as $d
         | {server: $server, job: $job, round: $round,
-           iops: $d.iops, mib_s: ($d.bw_bytes / 1048576),
+           iops: ($j.read.iops + $j.write.iops),
+           mib_s: (($j.read.bw_bytes + $j.write.bw_bytes) / 1048576),
            lat_mean_us: ($d.clat_ns.mean / 1000),
            lat_p99_us: (($d.clat_ns.percentile["99.000000"] // 0) / 1000),
-           ios: $d.total_ios, runtime_ms: $d.runtime}' "$out" >>"$points"
+           ios: ($j.read.total_ios + $j.write.total_ios), runtime_ms: $d.runtime}' "$out" >>"$points"
     jq -r '"  \(.job) \(.server) round \(.round): \(.iops | floor) IOPS, \(.mib_s * 10 | round / 10) MiB/s"' \
         <<<"$(tail -n1 "$points")" >&2
 }
 
-echo "== tierd on :$tierd_port, nbdkit on :$nbdkit_port, work dir $workdir" >&2
-echo "== pre-filling [0, $size) of both exports through NBD" >&2
-for s in tierd nbdkit; do
+echo "== servers: $(for s in $servers; do printf '%s %s  ' "$s" "$(uri_of "$s")"; done)work dir $workdir" >&2
+echo "== pre-filling [0, $size) of every export through NBD" >&2
+for s in $servers; do
     NBD_URI=$(uri_of "$s") SIZE=$size fio --output-format=terse \
         --output="$workdir/out/prefill-$s.txt" "$fiodir/prefill.fio" ||
         die "pre-fill of $s failed"
 done
 
+# rotate N WORDS...: the words rotated left N times.
+rotate() {
+    local n=$1; shift
+    local a=("$@") i k
+    k=$((n % ${#a[@]}))
+    for i in "${!a[@]}"; do printf '%s ' "${a[$(((i + k) % ${#a[@]}))]}"; done
+}
+
 for r in $(seq "$rounds"); do
-    if [ $((r % 2)) = 1 ]; then order="tierd nbdkit"; else order="nbdkit tierd"; fi
+    # shellcheck disable=SC2086
+    order=$(rotate $((r - 1)) $servers | xargs)
     echo "== round $r/$rounds ($order), ${runtime}s per job" >&2
     for job in $jobs; do
         for s in $order; do
@@ -183,27 +234,41 @@ for r in $(seq "$rounds"); do
     done
 done
 
-summary=$(jq -s -c --arg jobs "$jobs" '
+summary=$(jq -s -c --arg jobs "$jobs" --arg refs "$refs" '
     def mean: add / length;
     ($jobs | split(" ")) as $order
+    | ($refs | split(" ") | map(select(. != ""))) as $refs
     | group_by(.job)
     | map(. as $g
         | ($g | map(select(.server == "tierd"))) as $t
-        | ($g | map(select(.server == "nbdkit"))) as $n
         | {job: $g[0].job,
            tierd_iops: ($t | map(.iops) | mean), tierd_mib_s: ($t | map(.mib_s) | mean),
-           tierd_iops_min: ($t | map(.iops) | min), tierd_iops_max: ($t | map(.iops) | max),
-           nbdkit_iops: ($n | map(.iops) | mean), nbdkit_mib_s: ($n | map(.mib_s) | mean),
-           nbdkit_iops_min: ($n | map(.iops) | min), nbdkit_iops_max: ($n | map(.iops) | max)}
-        | .ratio = (.tierd_iops / .nbdkit_iops))
+           tierd_iops_min: ($t | map(.iops) | min), tierd_iops_max: ($t | map(.iops) | max)}
+        | .refs = ($refs | map(. as $r | ($g | map(select(.server == $r))) as $n
+            | {server: $r, iops: ($n | map(.iops) | mean), mib_s: ($n | map(.mib_s) | mean),
+               iops_min: ($n | map(.iops) | min), iops_max: ($n | map(.iops) | max)}))
+        | .tierd_iops as $ti
+        | .refs |= map(.ratio = ($ti / .iops))
+        | .ratio = (.refs | map(.ratio) | min))
     | sort_by(.job as $x | $order | index($x))' "$points")
 
 echo
-echo "runtime ${runtime}s per job, $rounds rounds (interleaved), region $size, mean over rounds"
+echo "runtime ${runtime}s per job, $rounds rounds (server order rotating), region $size, mean over rounds"
+[ -n "$tierd_args" ] && echo "tierd serve $tierd_args"
 echo
-echo "| job | tierd IOPS | tierd MiB/s | nbdkit IOPS | nbdkit MiB/s | tierd/nbdkit |"
-echo "|---|---:|---:|---:|---:|---:|"
-jq -r '.[] | "| \(.job) | \(.tierd_iops | round) | \(.tierd_mib_s * 10 | round / 10) | \(.nbdkit_iops | round) | \(.nbdkit_mib_s * 10 | round / 10) | \(.ratio * 100 | round / 100)\(if .ratio < 1 then " (below 1.0)" else "" end) |"' <<<"$summary"
+header="| job | tierd IOPS | tierd MiB/s |"
+rule="|---|---:|---:|"
+for r in $refs; do
+    header="$header $r IOPS | tierd/$r |"
+    rule="$rule---:|---:|"
+done
+echo "$header"
+echo "$rule"
+jq -r '.[] | "| \(.job) | \(.tierd_iops | round) | \(.tierd_mib_s * 10 | round / 10) |"
+    + (.refs | map(" \(.iops | round) | \(.ratio * 100 | round / 100)\(if .ratio < 1 then " (below 1.0)" else "" end) |") | join(""))' <<<"$summary"
+echo
+below=$(jq -r '[.[] | select(.ratio < 1)] | length' <<<"$summary")
+echo "rows where tierd trails a reference: $below of $(jq length <<<"$summary")"
 echo
 echo "per round (IOPS):"
 jq -r -s 'sort_by(.job, .round, .server)[] | "  round \(.round) \(.job) \(.server): \(.iops | round)  (mean lat \(.lat_mean_us | round) us, p99 \(.lat_p99_us | round) us)"' "$points"
@@ -215,11 +280,14 @@ if [ -n "$json_out" ]; then
         --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')" \
         --argjson nproc "$(nproc)" \
         --arg fio "$(fio --version)" \
-        --arg nbdkit "$(nbdkit --version | head -n1)" \
+        --arg nbdkit "$(command -v nbdkit >/dev/null && nbdkit --version | head -n1)" \
+        --arg qemu "$(command -v qemu-nbd >/dev/null && qemu-nbd --version | head -n1)" \
+        --arg tierd_args "$tierd_args" \
         --arg commit "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
         --arg size "$size" --argjson runtime "$runtime" --argjson rounds "$rounds" \
         '{meta: {date: $date, host: $host, cpu: $cpu, nproc: $nproc, fio: $fio,
-                 nbdkit: $nbdkit, tierd_commit: $commit, region: $size,
+                 nbdkit: $nbdkit, qemu_nbd: $qemu, tierd_args: $tierd_args,
+                 tierd_commit: $commit, region: $size,
                  runtime_s: $runtime, rounds: $rounds},
           summary: $summary, points: .}' "$points" >"$json_out"
     echo "JSON written to $json_out" >&2
