@@ -14,13 +14,13 @@
 //! READ is read into it and sent from it, with no allocation, zero-filling
 //! or extra copy per request.
 //!
-//! A READ that arrives alone (the receive that brought it brought nothing
-//! else) is first tried without waiting, by the thread that read it and
-//! still holding the reader: a page-cache hit at queue depth 1 is answered
-//! with three system calls (receive, read, send) and without waking a
-//! second thread to read the next request; a request arriving meanwhile
-//! waits for one cached read at most. Anything that would wait goes the
-//! usual way.
+//! A short READ (up to [`COPY_LIMIT`]; longer ones gain from being read and
+//! sent by several threads at once) is first tried without waiting, by the thread that read it and
+//! still holding the reader: a page-cache hit is answered without waking a
+//! second thread (at queue depth 1: three system calls, receive, read and
+//! send), and while more requests are already buffered its reply waits to
+//! leave with theirs. Anything that would wait goes the usual way, and the
+//! queued replies go out before another thread takes the reader.
 //!
 //! Threads start one at a time, whenever a request leaves no thread waiting
 //! to read the next one, up to [`ServerOptions::threads`] (capped by
@@ -403,43 +403,57 @@ impl Shared {
         let mut buf = Vec::new();
         // The reader, kept after a READ answered on the spot.
         let mut held: Option<MutexGuard<'_, Reader>> = None;
+        // Replies of READs answered on the spot not sent yet (more requests
+        // were buffered: they leave together).
+        let mut deferred = false;
         loop {
             let job = {
                 let mut r = held.take().unwrap_or_else(|| lock(&self.reader));
                 if r.ended {
+                    drop(r);
+                    self.settle(&mut deferred);
                     return;
                 }
                 let job = match self.next(&mut r, &mut buf) {
                     Ok(Some(job)) => job,
                     Ok(None) => {
                         r.ended = true;
+                        drop(r);
+                        self.settle(&mut deferred);
                         return;
                     }
                     Err(e) => {
                         r.ended = true;
                         drop(r);
+                        self.settle(&mut deferred);
                         // Replies in flight still go out, as after DISC.
                         self.fail(e, Shutdown::Read);
                         return;
                     }
                 };
-                match job {
-                    Job::Read {
-                        cookie,
-                        offset,
-                        len,
-                        hint,
-                        cost,
-                    } if r.rd.buffer().is_empty() => {
-                        if self.read_now(cookie, offset, len, hint, &mut buf) {
+                if let Job::Read {
+                    cookie,
+                    offset,
+                    len,
+                    hint,
+                    cost,
+                } = job
+                {
+                    if len as usize <= COPY_LIMIT {
+                        // The next request is here already: send this reply
+                        // with the next ones.
+                        let defer = r.rd.buffer().len() >= proto::REQUEST_HEADER_LEN;
+                        if self.read_now(cookie, offset, len, hint, &mut buf, defer) {
                             self.release(cost);
+                            deferred = defer;
                             held = Some(r);
                             continue;
                         }
-                        job
                     }
-                    job => job,
                 }
+                // Another thread will read next: what waits goes out now.
+                self.settle(&mut deferred);
+                job
             };
             let cost = match job {
                 Job::Reply(head) => {
@@ -654,6 +668,7 @@ impl Shared {
         len: u32,
         hint: IoHint,
         buf: &mut Vec<u8>,
+        defer: bool,
     ) -> bool {
         let n = len as usize;
         let started = Instant::now();
@@ -666,10 +681,12 @@ impl Shared {
             Ok(Ok(())) => {
                 self.observer
                     .request_done("read", u64::from(len), started.elapsed(), true);
-                match read_reply_head(cookie, self.session.structured, offset, n) {
-                    Ok(head) => self.reply(&head, &buf[..n]),
-                    Err(head) => self.reply(&head, &[]),
-                }
+                let (head, data) = match read_reply_head(cookie, self.session.structured, offset, n)
+                {
+                    Ok(head) => (head, &buf[..n]),
+                    Err(head) => (head, &[][..]),
+                };
+                self.send(&head, data, !defer);
                 true
             }
             // Would wait, failed or panicked: the usual path runs it again
@@ -711,14 +728,31 @@ impl Shared {
 
     /// Send one reply; the last writer in a row flushes them all.
     fn reply(&self, head: &[u8], data: &[u8]) {
+        self.send(head, data, true);
+    }
+
+    /// Queue one reply, and send what is queued if no other reply waits and
+    /// `may_flush` (else the caller [`settle`](Self::settle)s later).
+    fn send(&self, head: &[u8], data: &[u8], may_flush: bool) {
         self.replies_waiting.fetch_add(1, Ordering::AcqRel);
         let mut w = lock(&self.writer);
         let mut result = w.push(head, data);
         let others = self.replies_waiting.fetch_sub(1, Ordering::AcqRel) - 1;
-        if result.is_ok() && others == 0 {
+        if result.is_ok() && others == 0 && may_flush {
             result = w.flush();
         }
         drop(w);
+        if let Err(e) = result {
+            self.fail(ConnectionError::Io(e), Shutdown::Both);
+        }
+    }
+
+    /// Send the replies this thread left queued, if any.
+    fn settle(&self, deferred: &mut bool) {
+        if !std::mem::take(deferred) {
+            return;
+        }
+        let result = lock(&self.writer).flush();
         if let Err(e) = result {
             self.fail(ConnectionError::Io(e), Shutdown::Both);
         }
