@@ -73,6 +73,28 @@ pub(super) struct Refusal {
     pub(super) msg: &'static str,
 }
 
+impl Refusal {
+    /// Log the refusal of `req` and encode its error reply.
+    pub(super) fn reply(&self, req: &Request, structured: bool) -> Vec<u8> {
+        tracing::debug!(
+            cookie = req.cookie,
+            cmd = req.typ,
+            errno = self.errno,
+            "request refused: {}",
+            self.msg
+        );
+        super::reply::error_reply(req.cookie, structured, self.errno, self.msg)
+    }
+}
+
+/// End of stream in the middle of `what`.
+fn eof_inside(what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        format!("end of stream inside {what}"),
+    )
+}
+
 fn refuse(errno: u32, msg: &'static str) -> Refusal {
     Refusal { errno, msg }
 }
@@ -270,10 +292,7 @@ where
             if filled == 0 {
                 return Ok(false);
             }
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "end of stream inside a request header",
-            ));
+            return Err(eof_inside("a request header"));
         }
         filled += n;
     }
@@ -315,10 +334,7 @@ pub(super) fn read_header_blocking<R: std::io::Read>(
             if filled == 0 {
                 return Ok(false);
             }
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "end of stream inside a request header",
-            ));
+            return Err(eof_inside("a request header"));
         }
         filled += n;
     }
@@ -329,10 +345,7 @@ pub(super) fn read_header_blocking<R: std::io::Read>(
 pub(super) fn discard_blocking<R: std::io::Read>(rd: &mut R, n: u64) -> std::io::Result<()> {
     let copied = std::io::copy(&mut std::io::Read::take(&mut *rd, n), &mut std::io::sink())?;
     if copied != n {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "end of stream inside a payload",
-        ));
+        return Err(eof_inside("a payload"));
     }
     Ok(())
 }

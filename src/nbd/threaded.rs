@@ -513,14 +513,7 @@ impl Shared {
                 if req.typ == proto::CMD_WRITE {
                     discard_blocking(&mut r.rd, u64::from(req.length))?;
                 }
-                debug!(
-                    cookie = req.cookie,
-                    cmd = req.typ,
-                    errno = refusal.errno,
-                    "request refused: {}",
-                    refusal.msg
-                );
-                let head = error_reply(req.cookie, structured, refusal.errno, refusal.msg);
+                let head = refusal.reply(&req, structured);
                 return Ok(Some(Job::Reply(head)));
             }
         };

@@ -136,14 +136,7 @@ where
                 if req.typ == proto::CMD_WRITE {
                     discard(&mut rd, u64::from(req.length)).await?;
                 }
-                debug!(
-                    cookie = req.cookie,
-                    cmd = req.typ,
-                    errno = refusal.errno,
-                    "request refused: {}",
-                    refusal.msg
-                );
-                let head = error_reply(req.cookie, session.structured, refusal.errno, refusal.msg);
+                let head = refusal.reply(&req, session.structured);
                 Next::Reply(head)
             }
         };
