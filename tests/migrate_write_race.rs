@@ -6,9 +6,10 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use support::*;
 use tierd::device::BlockDevice;
@@ -26,13 +27,27 @@ fn no_write_is_lost_or_torn_while_its_extent_moves() {
     let blocks = 3 * EXTENT / 4096;
     let writers = 4u64;
     let done = Arc::new(AtomicBool::new(false));
+    // Moves that landed while the writers were running. The writers keep
+    // going past their 400 rounds until one has (bounded in time), so a run
+    // in which every move happened to race still tests something.
+    let landed = Arc::new(AtomicU32::new(0));
+    let start = Instant::now();
     let handles: Vec<_> = (0..writers)
         .map(|w| {
             let vol = vol.clone();
+            let landed = landed.clone();
             thread::spawn(move || {
                 // Writer w owns blocks b with b % writers == w.
                 let mut last = vec![0u32; blocks as usize];
-                for round in 1..=400u32 {
+                let mut round = 0u32;
+                loop {
+                    round += 1;
+                    if round > 400
+                        && (landed.load(Ordering::Relaxed) > 0
+                            || start.elapsed() > Duration::from_secs(60))
+                    {
+                        break;
+                    }
                     for b in (w..blocks).step_by(writers as usize) {
                         if (b + u64::from(round)) % 3 != 0 {
                             continue;
@@ -52,6 +67,7 @@ fn no_write_is_lost_or_torn_while_its_extent_moves() {
     let mover = {
         let vol = vol.clone();
         let done = done.clone();
+        let landed = landed.clone();
         thread::spawn(move || {
             let (mut moved, mut raced) = (0u32, 0u32);
             let mut to = Tier::Hdd;
@@ -60,7 +76,10 @@ fn no_write_is_lost_or_torn_while_its_extent_moves() {
                     match tierd::migrate::migrate_extent(&vol, e, to, Reason::Manual, &mut |_| {})
                         .expect("migrate")
                     {
-                        MoveOutcome::Moved(_) => moved += 1,
+                        MoveOutcome::Moved(_) => {
+                            moved += 1;
+                            landed.fetch_add(1, Ordering::Relaxed);
+                        }
                         MoveOutcome::Raced => raced += 1,
                         _ => {}
                     }
