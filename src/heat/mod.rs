@@ -25,7 +25,7 @@ use crate::units::{ByteSize, InvalidKey};
 pub mod stream;
 
 use crate::units::IoHint;
-pub use stream::StreamDetector;
+pub use stream::{StreamDetector, VolumeStreams};
 
 /// Heat knobs: the `[heat]` table of the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -1,10 +1,11 @@
 //! [`VolumeExport`]: the tiered [`Volume`] served as an NBD [`Export`], with
-//! a [`StreamDetector`] per client connection for the sequential hint, and
-//! the one mapping of [`VolumeError`] to [`ExportError`].
+//! the sequential hint from a [`StreamDetector`] per client connection and
+//! one [`VolumeStreams`] over all of them, and the one mapping of
+//! [`VolumeError`] to [`ExportError`].
 
 use std::sync::Arc;
 
-use crate::heat::StreamDetector;
+use crate::heat::{StreamDetector, VolumeStreams};
 use crate::nbd::{Export, ExportConn, ExportError, IoCtx, StatusRun};
 use crate::units::IoHint;
 use crate::volume::{Volume, VolumeError};
@@ -13,12 +14,16 @@ use crate::volume::{Volume, VolumeError};
 #[derive(Clone)]
 pub struct VolumeExport {
     volume: Arc<Volume>,
+    streams: Arc<VolumeStreams>,
 }
 
 impl VolumeExport {
     /// Serve `volume`.
     pub fn new(volume: Arc<Volume>) -> Self {
-        VolumeExport { volume }
+        VolumeExport {
+            volume,
+            streams: Arc::new(VolumeStreams::new()),
+        }
     }
 
     /// The volume served.
@@ -37,12 +42,17 @@ pub fn export_error(e: VolumeError) -> ExportError {
     }
 }
 
-/// Per-connection state: the connection's sequential streams.
-struct Streams(StreamDetector);
+/// Per-connection state: the connection's sequential streams, and the
+/// volume's, which see every connection.
+struct Streams(StreamDetector, Arc<VolumeStreams>);
 
 impl ExportConn for Streams {
     fn hint(&mut self, offset: u64, len: u64) -> IoHint {
-        self.0.observe(offset, len)
+        let own = self.0.observe(offset, len);
+        let all = self.1.observe(offset, len);
+        IoHint {
+            seq_run: own.seq_run.max(all.seq_run),
+        }
     }
 }
 
@@ -131,7 +141,7 @@ impl Export for VolumeExport {
     }
 
     fn connect(&self) -> Box<dyn ExportConn> {
-        Box::new(Streams(StreamDetector::new()))
+        Box::new(Streams(StreamDetector::new(), self.streams.clone()))
     }
 
     fn can_fast_zero(&self) -> bool {
