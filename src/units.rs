@@ -108,6 +108,9 @@ pub enum Reason {
     Near,
     /// Cold on the SSD, swapped out for a hotter extent.
     Cold,
+    /// Idle on the SSD (untouched for `heat.idle-after`), gave way to an
+    /// extent in use.
+    Idle,
     /// Demoted to restore the SSD reserve.
     Reserve,
     /// Moved to honour a pin.
@@ -125,6 +128,7 @@ impl Reason {
             Reason::Hot => "hot",
             Reason::Near => "near",
             Reason::Cold => "cold",
+            Reason::Idle => "idle",
             Reason::Reserve => "reserve",
             Reason::Pin => "pin",
             Reason::Manual => "manual",
@@ -134,10 +138,11 @@ impl Reason {
 }
 
 /// Reasons in counter order.
-pub const REASONS: [Reason; 7] = [
+pub const REASONS: [Reason; 8] = [
     Reason::Hot,
     Reason::Near,
     Reason::Cold,
+    Reason::Idle,
     Reason::Reserve,
     Reason::Pin,
     Reason::Manual,

@@ -10,6 +10,14 @@
 //! predicts more reads nearby; one stray hot block does not earn an extent a
 //! place on the SSD.
 //!
+//! It also keeps, per extent, when it was last touched (to the tick): an
+//! extent untouched for [`HeatConfig::idle_after`] is *idle*, and idle data
+//! gives way to data in use whatever their scores say. A score measures how
+//! often an extent was used, but that rate depends on where it lived: a
+//! working set on the SSD is read forty times as often as the same set on
+//! the HDD, so frequency alone holds a new set back behind the old one for
+//! minutes (issue "Placement that follows the user").
+//!
 //! Long sequential streams earn no heat at all (see [`IoHint`]): a backup or
 //! a scan must not flush the SSD; [`stream`] works out, per connection,
 //! which requests belong to such a stream.
@@ -44,6 +52,10 @@ pub struct HeatConfig {
     /// A stream longer than this many contiguous bytes is sequential: it earns
     /// no heat.
     pub sequential_cutoff: ByteSize,
+    /// An extent not touched for this long is idle: it gives way to any
+    /// extent in use, and its zone no longer counts as in use.
+    #[serde(with = "crate::units::duration_secs")]
+    pub idle_after: Duration,
 }
 
 impl Default for HeatConfig {
@@ -53,6 +65,7 @@ impl Default for HeatConfig {
             half_life: Duration::from_secs(60),
             coverage_window: Duration::from_secs(60),
             sequential_cutoff: ByteSize(4 << 20),
+            idle_after: Duration::from_secs(10),
         }
     }
 }
@@ -64,11 +77,12 @@ impl HeatConfig {
         for (key, d) in [
             ("heat.half-life", self.half_life),
             ("heat.coverage-window", self.coverage_window),
+            ("heat.idle-after", self.idle_after),
         ] {
             if d.is_zero() {
                 return Err(InvalidKey::new(
                     key,
-                    "half-life and coverage-window must be above zero",
+                    "half-life, coverage-window and idle-after must be above zero",
                 ));
             }
         }
@@ -87,6 +101,9 @@ pub struct HeatMap {
     cur: Box<[AtomicU64]>,
     /// The previous window.
     prev: Box<[AtomicU64]>,
+    /// Tick (whole seconds since `origin`, plus one) at which each extent's
+    /// hits were last folded in; 0: not touched since the map was made.
+    last: Box<[AtomicU32]>,
     words: usize,
     block_size: u64,
     extent_size: u64,
@@ -96,6 +113,7 @@ pub struct HeatMap {
 }
 
 struct Times {
+    origin: Duration,
     last_tick: Duration,
     last_rotation: Duration,
 }
@@ -123,11 +141,13 @@ impl HeatMap {
             scores: atomics32(n),
             cur: atomics64(n * words),
             prev: atomics64(n * words),
+            last: atomics32(n),
             words,
             block_size,
             extent_size,
             bypassed: AtomicU64::new(0),
             times: Mutex::new(Times {
+                origin: now,
                 last_tick: now,
                 last_rotation: now,
             }),
@@ -194,8 +214,17 @@ impl HeatMap {
         t.last_tick = now;
         let decay =
             0.5f64.powf(elapsed.as_secs_f64() / self.cfg.half_life.as_secs_f64().max(1e-9)) as f32;
-        for (h, s) in self.hits.iter().zip(self.scores.iter()) {
+        let stamp = Self::stamp(now.saturating_sub(t.origin));
+        for ((h, s), l) in self
+            .hits
+            .iter()
+            .zip(self.scores.iter())
+            .zip(self.last.iter())
+        {
             let hits = h.swap(0, Ordering::Relaxed);
+            if hits > 0 {
+                l.store(stamp, Ordering::Relaxed);
+            }
             let old = f32::from_bits(s.load(Ordering::Relaxed));
             if hits == 0 && old == 0.0 {
                 continue;
@@ -212,6 +241,47 @@ impl HeatMap {
                 p.store(c.swap(0, Ordering::Relaxed), Ordering::Relaxed);
             }
         }
+    }
+
+    fn stamp(since_origin: Duration) -> u32 {
+        u32::try_from(since_origin.as_secs())
+            .unwrap_or(u32::MAX - 1)
+            .saturating_add(1)
+    }
+
+    /// Seconds between the last tick and the last tick at which the extent
+    /// had hits (`None`: not touched since the map was made or restored).
+    pub fn idle_secs(&self, extent: u64) -> Option<u32> {
+        let l = self.last.get(extent as usize)?.load(Ordering::Relaxed);
+        if l == 0 {
+            return None;
+        }
+        let t = self.times.lock();
+        Some(Self::stamp(t.last_tick.saturating_sub(t.origin)).saturating_sub(l))
+    }
+
+    /// Whether the extent was touched within `idle-after` (as of the last
+    /// tick): in use. Idle extents give way to extents in use.
+    pub fn active(&self, extent: u64) -> bool {
+        self.idle_secs(extent)
+            .is_some_and(|s| u64::from(s) < self.cfg.idle_after.as_secs().max(1))
+    }
+
+    /// [`HeatMap::active`] for every extent at once (one lock, for the
+    /// policy's snapshot).
+    pub fn active_all(&self) -> Vec<bool> {
+        let now = {
+            let t = self.times.lock();
+            Self::stamp(t.last_tick.saturating_sub(t.origin))
+        };
+        let idle = self.cfg.idle_after.as_secs().max(1);
+        self.last
+            .iter()
+            .map(|l| {
+                let l = l.load(Ordering::Relaxed);
+                l != 0 && u64::from(now.saturating_sub(l)) < idle
+            })
+            .collect()
     }
 
     /// Decayed score of an extent as of the last tick.
@@ -249,6 +319,9 @@ impl HeatMap {
         if let (Some(h), Some(s)) = (self.hits.get(i), self.scores.get(i)) {
             h.store(0, Ordering::Relaxed);
             s.store(0, Ordering::Relaxed);
+        }
+        if let Some(l) = self.last.get(i) {
+            l.store(0, Ordering::Relaxed);
         }
         for w in 0..self.words {
             if let (Some(c), Some(p)) = (
@@ -361,6 +434,32 @@ mod tests {
         assert_eq!(h.score(0), 0.0);
         assert_eq!(h.coverage(0), 0);
         assert_eq!(h.bypassed(), 1);
+    }
+
+    #[test]
+    fn an_extent_untouched_for_idle_after_is_idle() {
+        let h = map();
+        assert!(!h.active(2), "never touched");
+        assert_eq!(h.idle_secs(2), None);
+        h.record(2 * MIB, 4096, IoHint::default());
+        h.tick(Duration::from_secs(1));
+        assert!(h.active(2));
+        assert_eq!(h.idle_secs(2), Some(0));
+        // Touched again at 5 s: idle counts from there.
+        h.tick(Duration::from_secs(4));
+        h.record(2 * MIB, 4096, IoHint::default());
+        h.tick(Duration::from_secs(5));
+        h.tick(Duration::from_secs(14));
+        assert_eq!(h.idle_secs(2), Some(9));
+        assert!(h.active(2));
+        assert_eq!(h.active_all()[2], true);
+        h.tick(Duration::from_secs(15));
+        assert!(!h.active(2), "10 s without a touch");
+        assert_eq!(h.active_all(), vec![false; 8]);
+        // Its score is still there: idle is about recency, not frequency.
+        assert!(h.score(2) > 1.0);
+        h.clear(2);
+        assert_eq!(h.idle_secs(2), None);
     }
 
     #[test]

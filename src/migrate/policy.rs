@@ -9,13 +9,17 @@
 //!    `promote-min-score` move up, hottest first — into free SSD space above
 //!    the reserve if there is any, else by swapping with the coldest SSD
 //!    extent (promoting into a reserve slot first, then demoting to refill
-//!    it), but only if they beat it by the hysteresis margin
-//!    (`eff > cold * (1 + promote-margin) + promote-margin-abs`), so nothing
-//!    ping-pongs.
+//!    it). *Recency first*: an extent in use (touched within
+//!    `heat.idle-after`) always beats an idle one, an idle one never beats
+//!    one in use; within a class it must beat the victim by the hysteresis
+//!    margin (`eff > cold * (1 + promote-margin) + promote-margin-abs`), so
+//!    nothing ping-pongs. Victims are taken idle first (those with a clean
+//!    HDD copy before the others: they leave for free), then by heat.
 //!
 //! 4. **Neighbourhood prefetch**: a *zone* (`zone-extents` neighbouring
 //!    extents) in which at least `zone-min-active` extents were touched
-//!    recently is in use as a whole; its HDD extents that have not earned a
+//!    recently (within `heat.idle-after`) is in use as a whole; its HDD
+//!    extents that have not earned a
 //!    promotion themselves yet move up too, but only into free space above
 //!    the reserve or in place of SSD extents of *idle* zones (zones nothing
 //!    touched recently). Data next to what is in use replaces data next to
@@ -28,7 +32,10 @@
 //! of the reserve, never the part the recent foreground write rate needs
 //! over `reserve-horizon`), so a new hot set comes up before the demotions
 //! that refill the reserve are paid; the reserve is refilled with whatever
-//! budget each round's promotions leave, and at once below the floor.
+//! budget each round's promotions leave, and at once below the floor. SSD
+//! extents with a clean HDD copy *cover* the reserve: the write path takes
+//! them back by a mapping change the moment new data needs the room, so the
+//! refill copies data out only for what they do not cover.
 //!
 //! Order of a round: pins, urgent reserve demotions (below the floor), hot
 //! promotions then prefetches, each in source-slot order (an elevator pass
@@ -69,21 +76,29 @@ pub struct Candidate {
     pub pin: Option<Tier>,
     /// Its slot on its tier (orders the copies for the HDD's sake).
     pub slot: u32,
+    /// Touched within `heat.idle-after`: in use. Idle extents give way to
+    /// extents in use whatever their scores.
+    pub active: bool,
+    /// On the SSD with a clean HDD copy: it can leave by a mapping change.
+    pub clean: bool,
 }
 
 /// The policy's view of every mapped extent of `vol`, with heat from `heat`
 /// and the pins in force.
 pub fn candidates(vol: &Volume, heat: &HeatMap) -> Vec<Candidate> {
     let pins = vol.pins();
+    let active = heat.active_all();
     vol.mapped_extents()
         .into_iter()
-        .map(|(e, loc)| Candidate {
+        .map(|(e, loc, clean)| Candidate {
             extent: e,
             tier: loc.tier,
             slot: loc.slot,
             score: heat.score(e),
             coverage: heat.coverage(e),
             pin: pin_in(&pins, e),
+            active: active.get(e as usize).copied().unwrap_or(false),
+            clean,
         })
         .collect()
 }
@@ -175,6 +190,9 @@ pub struct PlanInput {
     /// Reserve slots never lent to promotions: what the recent foreground
     /// write rate would consume over the reserve horizon.
     pub protect: u64,
+    /// Promotions keep a clean HDD copy (shadows on, the HDD has room):
+    /// what they borrow from the reserve comes back by a mapping change.
+    pub shadows: bool,
 }
 
 /// Effective heat: score weighted by how densely the extent is used.
@@ -216,13 +234,25 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         }
     }
 
-    // Coldest first: SSD extents that may leave it.
+    // Coldest first: SSD extents that may leave it. Idle ones (untouched
+    // for `idle-after`) before any extent in use, whatever the scores: a
+    // score counts how often an extent was read, and data read from the
+    // SSD is read far more often than the same data on the HDD, so by
+    // scores alone a new working set would wait minutes behind the old.
     let mut cold: Vec<&Candidate> = input
         .candidates
         .iter()
         .filter(|c| c.tier == Tier::Ssd && c.pin.is_none())
         .collect();
-    cold.sort_by(|a, b| eff(a).total_cmp(&eff(b)).then(a.extent.cmp(&b.extent)));
+    // Among idle extents, those with a clean HDD copy first: they leave by
+    // a mapping change, the others by a copy.
+    cold.sort_by(|a, b| {
+        let key = |c: &Candidate| (c.active, c.active || !c.clean);
+        key(a)
+            .cmp(&key(b))
+            .then(eff(a).total_cmp(&eff(b)))
+            .then(a.extent.cmp(&b.extent))
+    });
     let mut gone: HashSet<u64> = HashSet::new();
     let next_cold = |gone: &mut HashSet<u64>, ok: &dyn Fn(&Candidate) -> bool| {
         let c = cold
@@ -240,7 +270,10 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     let borrow = ((reserve as f32 * cfg.promote_borrow.clamp(0.0, 1.0)).floor() as i64).min(lend);
     let floor = reserve - borrow;
     while free < floor && head.len() < budget {
-        let Some(c) = next_cold(&mut gone, &|_| true) else {
+        // Idle extents with a clean HDD copy first: they leave for free.
+        let Some(c) = next_cold(&mut gone, &|c| !c.active && c.clean)
+            .or_else(|| next_cold(&mut gone, &|_| true))
+        else {
             break;
         };
         head.push(Move {
@@ -254,8 +287,8 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     // 3. Promotions, hottest first: into free space above the reserve (less
     // what may be borrowed), else as swaps past the hysteresis margin.
     let mut promote: Vec<(&Candidate, Reason)> = Vec::new();
-    let mut demote: Vec<&Candidate> = Vec::new();
-    let room = |p: &Vec<(&Candidate, Reason)>, d: &Vec<&Candidate>| {
+    let mut demote: Vec<(&Candidate, Reason)> = Vec::new();
+    let room = |p: &Vec<(&Candidate, Reason)>, d: &Vec<(&Candidate, Reason)>| {
         budget.saturating_sub(head.len() + p.len() + d.len())
     };
     let mut hot: Vec<&Candidate> = input
@@ -269,7 +302,10 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     // the refill) it beats, like a swap.
     let mut above = (free - reserve).max(0);
     let mut lend = (free - floor).max(0) - above;
-    let mut later: Vec<&Candidate> = Vec::new();
+    let mut later: Vec<(&Candidate, Reason)> = Vec::new();
+    // Why a victim leaves: idle data gives way to an extent in use; data in
+    // use only to one hotter by the margin.
+    let why = |c: &Candidate| if c.active { Reason::Cold } else { Reason::Idle };
     for h in hot {
         if above > 0 && room(&promote, &demote) >= 1 {
             promote.push((h, Reason::Hot));
@@ -284,43 +320,67 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         let Some(c) = next_cold(&mut gone, &|_| true) else {
             break;
         };
-        // Past the margin both in effective heat and in raw score: the
-        // score decays smoothly, while coverage drops a step whenever a
-        // coverage window ends; a swap on that step alone would churn.
+        // An idle extent gives way to one in use. Between two in use (or
+        // two idle), past the margin both in effective heat and in raw
+        // score: the score decays smoothly, while coverage drops a step
+        // whenever a coverage window ends; a swap on that step alone would
+        // churn. Neither lets two sets push each other out in turn: a
+        // promoted extent in use is not idle, and the margin is hysteresis.
         let past = |a: f32, b: f32| a > b * (1.0 + cfg.promote_margin) + cfg.promote_margin_abs;
-        if !(past(eff(h), eff(c)) && past(h.score, c.score)) {
+        let beats = match (h.active, c.active) {
+            // Data in use beats idle data; idle data never displaces data
+            // in use (so the set that just left cannot come back by its
+            // old score).
+            (true, false) => true,
+            (false, true) => false,
+            _ => past(eff(h), eff(c)) && past(h.score, c.score),
+        };
+        if !beats {
             gone.remove(&c.extent);
             break;
         }
         promote.push((h, Reason::Hot));
         if lend > 0 {
             lend -= 1;
-            later.push(c);
+            later.push((c, why(c)));
         } else {
-            demote.push(c);
+            demote.push((c, why(c)));
         }
     }
 
     // 4. Neighbourhood prefetch.
     if cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
         let z = u64::from(cfg.zone_extents);
-        // Activity of a zone: separate runs of touched extents. A sequential
-        // stream's first few MiB (which earn heat before the stream is
-        // recognised) are one run, so they never make a zone busy.
+        // Activity of a zone: separate runs of extents in use (touched
+        // within `idle-after`). A sequential stream's first few MiB (which
+        // earn heat before the stream is recognised) are one run, so they
+        // never make a zone busy.
         let mut touched: Vec<u64> = input
             .candidates
             .iter()
-            .filter(|c| c.coverage > 0)
+            .filter(|c| c.active)
             .map(|c| c.extent)
             .collect();
         touched.sort_unstable();
         let mut active: HashMap<u64, u32> = HashMap::new();
+        let mut in_zone: HashMap<u64, u32> = HashMap::new();
         let mut prev = None;
         for e in touched {
             if prev.is_none_or(|p: u64| p + 1 != e || p / z != e / z) {
                 *active.entry(e / z).or_default() += 1;
             }
+            *in_zone.entry(e / z).or_default() += 1;
             prev = Some(e);
+        }
+        // A zone most of whose extents are in use is busy too, though they
+        // form few runs: a working set that has mostly come up, whose last
+        // extents on the HDD are the holes between them. (A stream's start
+        // is a few extents, never half a zone.)
+        for (zone, n) in &in_zone {
+            if u64::from(*n) * 2 >= z {
+                let runs = active.entry(*zone).or_default();
+                *runs = (*runs).max(cfg.zone_min_active.max(1));
+            }
         }
         let in_use = |c: &Candidate| active.get(&(c.extent / z)).copied().unwrap_or(0);
         // Busy zones, grown into neighbouring zones with any activity at
@@ -351,13 +411,12 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
                     && !chosen.contains(&c.extent)
             })
             .collect();
-        // Extents touched recently themselves first (not enough for a
-        // promotion of their own yet, but the likeliest to be read again;
-        // a decayed score never quite reaches zero, coverage does), then the
+        // Extents in use themselves first (not enough for a promotion of
+        // their own yet, but the likeliest to be read again), then the
         // busiest zones, in order within a zone.
         near.sort_by(|a, b| {
-            (b.coverage > 0)
-                .cmp(&(a.coverage > 0))
+            b.active
+                .cmp(&a.active)
                 .then(in_use(b).cmp(&in_use(a)))
                 .then(a.extent.cmp(&b.extent))
         });
@@ -377,9 +436,9 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             promote.push((n, Reason::Near));
             if lend > 0 {
                 lend -= 1;
-                later.push(c);
+                later.push((c, Reason::Idle));
             } else {
-                demote.push(c);
+                demote.push((c, Reason::Idle));
             }
         }
     }
@@ -387,16 +446,17 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     // Order: hot promotions, then prefetches, each by source slot (an
     // elevator pass over the HDD); a swap's demotions only when the free
     // slots reach the floor.
-    promote.sort_by_key(|(c, r)| (*r != Reason::Hot, c.coverage == 0, c.slot, c.extent));
+    promote.sort_by_key(|(c, r)| (*r != Reason::Hot, !c.active, c.slot, c.extent));
+    let promoted = promote.len() as i64;
     let mut moves = head;
     let mut demote = demote.into_iter();
     for (p, reason) in promote {
         if free <= floor.max(0) {
-            for d in demote.by_ref().take(input.group.max(1)) {
+            for (d, reason) in demote.by_ref().take(input.group.max(1)) {
                 moves.push(Move {
                     extent: d.extent,
                     to: Tier::Hdd,
-                    reason: Reason::Cold,
+                    reason,
                 });
                 free += 1;
             }
@@ -411,22 +471,36 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         });
         free -= 1;
     }
-    for d in demote {
+    for (d, reason) in demote {
         moves.push(Move {
             extent: d.extent,
             to: Tier::Hdd,
-            reason: Reason::Cold,
+            reason,
         });
         free += 1;
     }
 
-    // 5. Refill the reserve with what the round has left: first the victims
-    // of promotions into lent slots, then the coldest.
-    let mut later = later.into_iter();
-    while free < reserve && moves.len() < budget {
+    // 5. Refill the reserve with what the round has left. SSD extents with
+    // a clean HDD copy (and this round's promotions, when they keep
+    // theirs) cover it: the write path takes them back by a mapping change
+    // the moment writes need the room, so demoting them now would gain
+    // nothing and bring them back by a copy if they are read again (a
+    // working set's tail, idle for a while, cycled so). What is left
+    // uncovered is refilled as before, from extents without a clean copy:
+    // the victims of promotions into lent slots, then the coldest.
+    let cover: i64 = input
+        .candidates
+        .iter()
+        .filter(|c| c.tier == Tier::Ssd && c.pin.is_none() && c.clean && !gone.contains(&c.extent))
+        .count() as i64
+        + if input.shadows { promoted } else { 0 };
+    let mut later = later.into_iter().filter(|(c, _)| !c.clean);
+    while free + cover.max(0) < reserve && moves.len() < budget {
+        // A clean extent already counts as cover: demoting it would gain
+        // nothing, so only extents without a clean copy are copied out.
         let (c, reason) = match later.next() {
-            Some(c) => (c, Reason::Cold),
-            None => match next_cold(&mut gone, &|_| true) {
+            Some(v) => v,
+            None => match next_cold(&mut gone, &|c| !c.clean) {
                 Some(c) => (c, Reason::Reserve),
                 None => break,
             },
@@ -453,6 +527,8 @@ mod tests {
             coverage: 256,
             pin: None,
             slot: extent as u32,
+            active: true,
+            clean: false,
         }
     }
 
@@ -464,6 +540,7 @@ mod tests {
             blocks_per_extent: 256,
             group: 1,
             protect: 0,
+            shadows: false,
         }
     }
 
@@ -613,6 +690,7 @@ mod tests {
     fn touched(extent: u64, tier: Tier, score: f32, coverage: u32) -> Candidate {
         Candidate {
             coverage,
+            active: coverage > 0,
             ..c(extent, tier, score)
         }
     }
@@ -749,6 +827,136 @@ mod tests {
         // A clearly hotter HDD extent still wins.
         let hotter = c(2, Tier::Hdd, 12.0);
         assert_eq!(plan(&cfg, &input(vec![ssd, hotter], 0, 0)).len(), 2);
+    }
+
+    fn idle(mut c: Candidate) -> Candidate {
+        c.active = false;
+        c
+    }
+
+    #[test]
+    fn data_in_use_displaces_idle_data_whatever_the_scores() {
+        let cfg = PolicyConfig::default();
+        // The old set: on the SSD with a high score from when it was read
+        // at SSD speed, idle now. The new set: on the HDD, in use, with the
+        // few hits it earns at HDD speed.
+        let old = idle(c(1, Tier::Ssd, 500.0));
+        let new = c(2, Tier::Hdd, 3.0);
+        let p = plan(&cfg, &input(vec![old, new], 0, 0));
+        assert_eq!(
+            p,
+            vec![
+                Move {
+                    extent: 1,
+                    to: Tier::Hdd,
+                    reason: Reason::Idle
+                },
+                Move {
+                    extent: 2,
+                    to: Tier::Ssd,
+                    reason: Reason::Hot
+                },
+            ]
+        );
+        // Once swapped, the old set cannot come back by its score while
+        // the new one is in use: no ping-pong.
+        let back = plan(
+            &cfg,
+            &input(
+                vec![idle(c(1, Tier::Hdd, 500.0)), c(2, Tier::Ssd, 3.0)],
+                0,
+                0,
+            ),
+        );
+        assert!(back.is_empty(), "{back:?}");
+        // Both in use: the score and the margin decide, as before.
+        let both = plan(
+            &cfg,
+            &input(vec![c(1, Tier::Ssd, 500.0), c(2, Tier::Hdd, 3.0)], 0, 0),
+        );
+        assert!(both.is_empty(), "{both:?}");
+        // Idle victims with a clean HDD copy go first (they leave for
+        // free), even when colder unclean ones exist.
+        let mut clean = idle(c(3, Tier::Ssd, 50.0));
+        clean.clean = true;
+        let p = plan(
+            &cfg,
+            &input(vec![idle(c(1, Tier::Ssd, 5.0)), clean, new], 0, 0),
+        );
+        assert_eq!(p[0].extent, 3, "{p:?}");
+    }
+
+    #[test]
+    fn clean_copies_cover_the_reserve() {
+        let cfg = PolicyConfig::default();
+        let clean = |e, active| Candidate {
+            clean: true,
+            active,
+            ..c(e, Tier::Ssd, 1.0)
+        };
+        // Reserve 2, nothing free; two SSD extents with clean copies, one
+        // idle: covered, nothing moves (an idle one demoted now would come
+        // back by a copy if read again).
+        let p = plan(
+            &cfg,
+            &input(
+                vec![clean(1, false), clean(2, true), c(3, Tier::Ssd, 0.5)],
+                0,
+                2,
+            ),
+        );
+        assert!(p.is_empty(), "{p:?}");
+        // One clean extent covers one slot; the other is copied out, from
+        // the extents without a clean copy.
+        let p = plan(
+            &cfg,
+            &input(
+                vec![clean(1, false), c(2, Tier::Ssd, 3.0), c(3, Tier::Ssd, 0.5)],
+                0,
+                2,
+            ),
+        );
+        assert_eq!(
+            p,
+            vec![Move {
+                extent: 3,
+                to: Tier::Hdd,
+                reason: Reason::Reserve
+            }]
+        );
+        // Without clean copies the coldest are copied out, as before.
+        let p = plan(
+            &cfg,
+            &input(vec![c(1, Tier::Ssd, 2.0), c(3, Tier::Ssd, 0.5)], 0, 1),
+        );
+        assert_eq!(p[0].extent, 3);
+    }
+
+    #[test]
+    fn a_zone_mostly_in_use_stays_busy_for_its_last_extents() {
+        // Zones of 8 extents, busy at 3 runs. Zone 0: extents 0..7 in use
+        // (on the SSD, one run) and extent 7 on the HDD, untouched: the
+        // zone is busy by its share of extents in use, so 7 comes up.
+        let cfg = PolicyConfig {
+            zone_extents: 8,
+            zone_min_active: 3,
+            ..PolicyConfig::default()
+        };
+        let mut v: Vec<Candidate> = (0..7).map(|e| touched(e, Tier::Ssd, 1.0, 1)).collect();
+        v.push(touched(7, Tier::Hdd, 0.0, 0));
+        let p = plan(&cfg, &input(v.clone(), 10, 0));
+        assert_eq!(
+            p,
+            vec![Move {
+                extent: 7,
+                to: Tier::Ssd,
+                reason: Reason::Near
+            }]
+        );
+        // Three in use of eight (under half, one run): not busy.
+        let mut few: Vec<Candidate> = (0..3).map(|e| touched(e, Tier::Ssd, 1.0, 1)).collect();
+        few.push(touched(7, Tier::Hdd, 0.0, 0));
+        assert!(plan(&cfg, &input(few, 10, 0)).is_empty());
     }
 
     #[test]

@@ -235,6 +235,14 @@ impl Mapping {
         }
     }
 
+    /// Whether the HDD shadow holds every written block (leaving the SSD is
+    /// then a mapping change alone); false without a shadow.
+    pub fn shadow_clean(&self, blocks: u32) -> bool {
+        self.shadow
+            .as_ref()
+            .is_some_and(|s| (0..blocks).all(|b| !(self.written.get(b) && s.stale.get(b))))
+    }
+
     /// The log place of block `b`, if its newest data is in the log.
     pub fn logged_at(&self, b: u32) -> Option<LogPos> {
         self.logged

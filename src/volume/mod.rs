@@ -255,6 +255,12 @@ impl Volume {
         self.log_enabled.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether new promotions keep their HDD copy as a shadow.
+    pub fn shadows_enabled(&self) -> bool {
+        self.shadows_enabled
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Turn shadows on or off for new promotions.
     pub fn set_shadows(&self, on: bool) {
         self.shadows_enabled

@@ -90,12 +90,19 @@ impl Volume {
         })
     }
 
-    /// Every mapped extent with its place, in extent order.
-    pub(crate) fn mapped_extents(&self) -> Vec<(u64, Loc)> {
+    /// Every mapped extent with its place and whether it is an SSD extent
+    /// whose HDD shadow is clean (it may leave by a mapping change alone),
+    /// in extent order.
+    pub(crate) fn mapped_extents(&self) -> Vec<(u64, Loc, bool)> {
+        let blocks = self.geo.blocks_per_extent();
         self.map
             .iter()
             .enumerate()
-            .filter_map(|(i, lock)| lock.read().as_ref().map(|m| (i as u64, m.loc)))
+            .filter_map(|(i, lock)| {
+                lock.read()
+                    .as_ref()
+                    .map(|m| (i as u64, m.loc, m.shadow_clean(blocks)))
+            })
             .collect()
     }
 }

@@ -10,10 +10,16 @@ use super::io::{InFlight, Piece};
 use super::stats::Stats;
 use super::{io_err, Volume, VolumeError, VolumeResult};
 
+/// SSD extents with a clean HDD copy demoted at once (one flush) when a new
+/// extent finds the SSD without a free slot.
+const EVICT_FOR_NEW: usize = 16;
+
 impl Volume {
     /// A free slot for a new extent: on the SSD while it has one (the
     /// reserve exists to take exactly these writes), else on the HDD; an
-    /// extent pinned to the HDD starts there. With no free slot, slots
+    /// extent pinned to the HDD starts there. With no free SSD slot, SSD
+    /// extents with a clean HDD copy leave it first (the reserve lent to
+    /// promotions comes back). With no free slot at all, slots
     /// waiting for a flush are freed by one, and then shadows are dropped:
     /// their slots belong to the capacity, never lost to it.
     pub(crate) fn allocate(&self, extent: u64) -> VolumeResult<Loc> {
@@ -21,6 +27,17 @@ impl Volume {
             Some(Tier::Hdd) => [Tier::Hdd, Tier::Ssd],
             _ => [Tier::Ssd, Tier::Hdd],
         };
+        if order[0] == Tier::Ssd
+            && self.alloc.free_count(Tier::Ssd) == 0
+            && self.clean_shadows.load(Ordering::Relaxed)
+        {
+            // The reserve was lent to promotions: take it back for new data
+            // at once, from extents whose clean HDD copy makes leaving a
+            // mapping change (the flush makes their slots reusable).
+            if self.evict_clean(EVICT_FOR_NEW, Some(extent))? > 0 {
+                self.flush()?;
+            }
+        }
         let mut got = self.alloc.alloc(&order);
         if got.is_none() && (self.alloc.quarantined() > 0 || self.log.quarantined() > 0) {
             // Freed slots become reusable once their unmapping is durable.
@@ -47,7 +64,9 @@ impl Volume {
         hottest: bool,
         pick: impl Fn(u64, &super::Mapping) -> bool,
     ) -> Vec<u64> {
-        let mut found: Vec<(f32, u64)> = self
+        // Idle extents rank below every extent in use, then by score.
+        let active = self.heat.active_all();
+        let mut found: Vec<((bool, f32), u64)> = self
             .map
             .iter()
             .enumerate()
@@ -55,14 +74,19 @@ impl Volume {
             .filter(|(i, _)| Some(*i) != except)
             .filter_map(|(i, e)| {
                 let g = e.try_read()?;
-                pick(i, g.as_ref()?).then(|| (self.heat.score(i), i))
+                let key = (
+                    active.get(i as usize).copied().unwrap_or(false),
+                    self.heat.score(i),
+                );
+                pick(i, g.as_ref()?).then_some((key, i))
             })
             .collect();
+        let order = |a: &(bool, f32), b: &(bool, f32)| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1));
         // Stable: equal heat keeps extent order either way.
         if hottest {
-            found.sort_by(|a, b| b.0.total_cmp(&a.0));
+            found.sort_by(|a, b| order(&b.0, &a.0));
         } else {
-            found.sort_by(|a, b| a.0.total_cmp(&b.0));
+            found.sort_by(|a, b| order(&a.0, &b.0));
         }
         found.into_iter().map(|(_, e)| e).collect()
     }
@@ -124,11 +148,7 @@ impl Volume {
             return Ok(0);
         }
         let blocks = self.geo.blocks_per_extent();
-        let clean = |m: &super::Mapping| {
-            m.shadow
-                .as_ref()
-                .is_some_and(|s| (0..blocks).all(|b| !(m.written.get(b) && s.stale.get(b))))
-        };
+        let clean = |m: &super::Mapping| m.shadow_clean(blocks);
         let found = self.extents_by_heat(except, false, |e, m| {
             clean(m) && self.pin_of(e) != Some(Tier::Ssd)
         });
