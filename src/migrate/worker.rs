@@ -317,9 +317,11 @@ impl Migrator {
         }
         let input = PlanInput {
             candidates: candidates(vol, &self.heat),
-            // The write log lives in the reserve: its segments come back as
-            // write-back drains it, so they count as free for the policy.
-            ssd_free: u64::from(vol.free_slots(Tier::Ssd)) + u64::from(vol.log_usage().segments),
+            // The write log's segments are not free: random writes can fill
+            // them faster than the HDD drains them (a minute or more for a
+            // reserve's worth of scattered 4 KiB blocks), and the reserve
+            // must be there for the next burst of new data.
+            ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
             reserve: self.reserve_extents(),
             blocks_per_extent: geo.blocks_per_extent(),
             group: cfg.batch.max(1),
