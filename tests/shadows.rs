@@ -388,7 +388,10 @@ fn the_migrator_drops_shadows_when_the_hdd_runs_short() {
     }
     for e in 0..6 {
         assert!(matches!(migrate(&vol, e, Tier::Ssd), MoveOutcome::Moved(_)));
+        // In use: new data does not push it out.
+        heat_up(&vol, e, 1);
     }
+    vol.heat().tick(tierd::clock::Clock::now(bed.clock.as_ref()));
     // New extents fill the SSD, then the HDD down to its reserve.
     let mut e = 6;
     while vol.free_slots(Tier::Hdd) > 2 {
@@ -483,4 +486,65 @@ fn a_demotion_never_writes_into_a_shadow_slot_given_away_during_its_copy() {
     let vol = bed.open();
     assert_reads(&vol, &model, &format!("{what}; after a power cut"));
     assert_accounting(&vol, 24);
+}
+
+/// The reserve lent to promotions comes back for new data at once: with the
+/// SSD full and two idle extents there holding clean shadows, a write to a
+/// new extent demotes one by a mapping change and lands on the SSD, not on
+/// the HDD; nothing is written to the HDD, every byte reads back, also after
+/// a power cut. Clean extents in use are never pushed out for new data.
+#[test]
+fn new_data_takes_the_ssd_back_from_clean_shadows_at_once() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    let slots = two_shadows(&vol, &mut model);
+    // Fill the SSD's free slots with new extents.
+    let mut e = 2u64;
+    while vol.free_slots(Tier::Ssd) > 0 {
+        put(&vol, &mut model, e * EXTENT, &pattern(10 + e, EXTENT as usize));
+        assert_eq!(tier_of(&vol, e), Some(Tier::Ssd), "extent {e}");
+        e += 1;
+    }
+    vol.flush().expect("flush");
+    // Extent 1 is in use, extent 0 (like the rest) idle: every write so far
+    // was more than `idle-after` ago.
+    let now = || tierd::clock::Clock::now(bed.clock.as_ref());
+    vol.heat().tick(now());
+    bed.clock.advance(std::time::Duration::from_secs(11));
+    heat_up(&vol, 1, 1);
+    vol.heat().tick(now());
+    let spills = Stats::get(&vol.stats().spills);
+    let hdd0 = dev_written(&vol, Tier::Hdd);
+    // A new extent: the idle shadowed one gives its slot.
+    put(&vol, &mut model, e * EXTENT, &pattern(99, EXTENT as usize));
+    assert_eq!(tier_of(&vol, e), Some(Tier::Ssd), "the new extent");
+    assert_eq!(Stats::get(&vol.stats().spills), spills, "spilled to the HDD");
+    assert_eq!(dev_written(&vol, Tier::Hdd), hdd0, "HDD write bytes grew");
+    let home: Vec<u64> = (0..2).filter(|x| tier_of(&vol, *x) == Some(Tier::Hdd)).collect();
+    assert_eq!(home, vec![0], "the idle shadowed extent, and only it, gave way");
+    for x in &home {
+        let m = vol.mapping(*x).expect("mapped");
+        assert_eq!(m.loc.slot, slots[*x as usize], "extent {x} went home");
+        assert_home(&bed, &vol, &model, *x, "taken back for new data");
+    }
+    assert!(Stats::get(&vol.stats().free_demotions) >= 1);
+    assert_reads(&vol, &model, "after the new write");
+    // The clean extent in use stays: fill the SSD again; the next new
+    // extent spills to the HDD instead.
+    let kept = [1u64];
+    let mut e = e + 1;
+    while vol.free_slots(Tier::Ssd) > 0 {
+        put(&vol, &mut model, e * EXTENT, &pattern(10 + e, EXTENT as usize));
+        e += 1;
+    }
+    let spills = Stats::get(&vol.stats().spills);
+    put(&vol, &mut model, e * EXTENT, &pattern(7, EXTENT as usize));
+    assert_eq!(tier_of(&vol, e), Some(Tier::Hdd), "new data pushed out data in use");
+    assert_eq!(Stats::get(&vol.stats().spills), spills + 1);
+    for x in &kept {
+        assert_eq!(tier_of(&vol, *x), Some(Tier::Ssd), "extent {x} in use stays");
+    }
+    vol.flush().expect("flush");
+    power_cycle(&bed, vol, &model, "after a power cut", 24);
 }

@@ -17,9 +17,9 @@ const EVICT_FOR_NEW: usize = 16;
 impl Volume {
     /// A free slot for a new extent: on the SSD while it has one (the
     /// reserve exists to take exactly these writes), else on the HDD; an
-    /// extent pinned to the HDD starts there. With no free SSD slot, SSD
-    /// extents with a clean HDD copy leave it first (the reserve lent to
-    /// promotions comes back). With no free slot at all, slots
+    /// extent pinned to the HDD starts there. With no free SSD slot, idle
+    /// SSD extents with a clean HDD copy leave it first (the reserve lent
+    /// to promotions comes back). With no free slot at all, slots
     /// waiting for a flush are freed by one, and then shadows are dropped:
     /// their slots belong to the capacity, never lost to it.
     pub(crate) fn allocate(&self, extent: u64) -> VolumeResult<Loc> {
@@ -32,9 +32,11 @@ impl Volume {
             && self.clean_shadows.load(Ordering::Relaxed)
         {
             // The reserve was lent to promotions: take it back for new data
-            // at once, from extents whose clean HDD copy makes leaving a
-            // mapping change (the flush makes their slots reusable).
-            if self.evict_clean(EVICT_FOR_NEW, Some(extent))? > 0 {
+            // at once, from idle extents whose clean HDD copy makes leaving
+            // a mapping change (the flush makes their slots reusable). Data
+            // in use stays: a long write of new data spills to the HDD
+            // rather than push out the working set.
+            if self.evict_clean_where(EVICT_FOR_NEW, Some(extent), true)? > 0 {
                 self.flush()?;
             }
         }
@@ -144,15 +146,29 @@ impl Volume {
     /// at once when writes need it: what promotions borrowed came with a
     /// shadow. Returns how many were demoted.
     pub fn evict_clean(&self, max: usize, except: Option<u64>) -> VolumeResult<usize> {
+        self.evict_clean_where(max, except, false)
+    }
+
+    /// [`Volume::evict_clean`], taking only idle extents (untouched for
+    /// `heat.idle-after`) when `idle_only`: new data may push out data
+    /// nobody uses, never data in use.
+    fn evict_clean_where(
+        &self,
+        max: usize,
+        except: Option<u64>,
+        idle_only: bool,
+    ) -> VolumeResult<usize> {
         if max == 0 {
             return Ok(0);
         }
         let blocks = self.geo.blocks_per_extent();
         let clean = |m: &super::Mapping| m.shadow_clean(blocks);
         let found = self.extents_by_heat(except, false, |e, m| {
-            clean(m) && self.pin_of(e) != Some(Tier::Ssd)
+            clean(m)
+                && self.pin_of(e) != Some(Tier::Ssd)
+                && !(idle_only && self.heat.active(e))
         });
-        if found.is_empty() {
+        if found.is_empty() && !idle_only {
             // Until a promotion leaves a shadow again, writes need not look.
             self.clean_shadows.store(false, Ordering::Relaxed);
             return Ok(0);
