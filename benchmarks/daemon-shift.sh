@@ -17,8 +17,10 @@
 # B for --after seconds (default 90); `back` reads A again for --after
 # seconds (the set returns, in the other direction). Per second IOPS are
 # logged; for `shift` and `back` the report gives the IOPS at 10, 30 and
-# 60 s (5 s means) and over the last 10 s, the first second from which the
-# 5 s mean stays at or above 0.9x the SSD-resident rate, the bytes promoted
+# 60 s (5 s means) and over the last 10 s (median), the 30 s mean against
+# the SSD-resident rate (the `ref` phase's median over its last 10 s), the
+# first second at which the 5 s mean reaches 0.9x of it and the first from
+# which it stays there, the bytes promoted
 # and demoted during the phase against the 512 MiB working set, and the
 # share of the phase's region on the SSD at its end.
 #
@@ -37,7 +39,7 @@ while [ $# -gt 0 ]; do
     --after) AFTER=$2; shift 2 ;;
     --conns) CONNS=$2; shift 2 ;;
     --json) JSON=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "daemon-shift.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -115,8 +117,10 @@ def series(name):
 def mean3(xs, t):
     w = xs[max(0, t - 4):t + 1]
     return sum(w) / len(w) if w else 0.0
-ref_series = series("ref")
-ref = sum(ref_series[-10:]) / max(1, len(ref_series[-10:]))
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else 0.0
+ref = median(series("ref")[:-1][-10:])
 for name in ["shift", "back"]:
     # The last second is partial (fio stops inside it).
     xs = series(name)[:-1]
@@ -127,8 +131,9 @@ for name in ["shift", "back"]:
     runs = json.load(open(f"{d}/{name}.place.json"))["runs"]
     tot = sum(r["len"] for r in runs)
     on_ssd = sum(r["len"] for r in runs if r["where"] == "ssd") / tot if tot else 0.0
-    reached = next((t for t in range(len(xs))
-                    if all(mean3(xs, u) >= 0.9 * ref for u in range(t, len(xs)))), None)
+    stays = next((t for t in range(len(xs))
+                  if all(mean3(xs, u) >= 0.9 * ref for u in range(t, len(xs)))), None)
+    reached = next((t for t in range(len(xs)) if mean3(xs, t) >= 0.9 * ref), None)
     reasons = {}
     for r in a["by_reason"]:
         old = next((x for x in b["by_reason"] if x["reason"] == r["reason"]), {"to_ssd": 0, "to_hdd": 0})
@@ -136,8 +141,9 @@ for name in ["shift", "back"]:
     print(json.dumps({
         "run": label, "phase": name, "connections": conns, "ssd_resident_iops": round(ref),
         "iops_10s": round(mean3(xs, 10)), "iops_30s": round(mean3(xs, 30)),
-        "iops_60s": round(mean3(xs, 60)), "last10_iops": round(sum(xs[-10:]) / max(1, len(xs[-10:]))),
-        "seconds_to_0_9x": reached, "promoted_mib": up >> 20, "demoted_mib": down >> 20,
+        "iops_60s": round(mean3(xs, 60)), "last10_iops": round(median(xs[-10:])),
+        "seconds_to_0_9x": reached, "seconds_to_stay_0_9x": stays,
+        "ratio_30s": round(mean3(xs, 30) / max(ref, 1.0), 2), "promoted_mib": up >> 20, "demoted_mib": down >> 20,
         "migration_per_working_set": round((up + down) / (512 << 20), 2),
         "region_on_ssd": round(on_ssd, 3), "moves_by_reason": reasons, "series": xs, "dir": d,
     }))
@@ -148,11 +154,12 @@ for r in $(seq 1 "$RUNS"); do one "run$r"; done
 python3 - "$RESULTS" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"{'run':<5} {'phase':<6} {'conns':>5} {'ref':>7} {'@10s':>7} {'@30s':>7} {'@60s':>7} {'last10':>7} {'t0.9x':>6} {'up MiB':>7} {'down':>6} {'moved/ws':>8} {'on SSD':>6}")
+print(f"{'run':<5} {'phase':<6} {'conns':>5} {'ref':>7} {'@10s':>7} {'@30s':>7} {'@60s':>7} {'last10':>7} {'@30/ref':>7} {'t0.9x':>6} {'stays':>6} {'up MiB':>7} {'down':>6} {'moved/ws':>8} {'on SSD':>6}")
 for r in rows:
     t = "never" if r["seconds_to_0_9x"] is None else f"{r['seconds_to_0_9x']}s"
+    st = "never" if r["seconds_to_stay_0_9x"] is None else f"{r['seconds_to_stay_0_9x']}s"
     print(f"{r['run']:<5} {r['phase']:<6} {r['connections']:>5} {r['ssd_resident_iops']:>7} {r['iops_10s']:>7} "
-          f"{r['iops_30s']:>7} {r['iops_60s']:>7} {r['last10_iops']:>7} {t:>6} "
+          f"{r['iops_30s']:>7} {r['iops_60s']:>7} {r['last10_iops']:>7} {r['ratio_30s']:>7} {t:>6} {st:>6} "
           f"{r['promoted_mib']:>7} {r['demoted_mib']:>6} {r['migration_per_working_set']:>8} {r['region_on_ssd']:>6}")
 PY
 if [ -n "$JSON" ]; then cp "$RESULTS" "$JSON"; fi

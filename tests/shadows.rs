@@ -391,7 +391,8 @@ fn the_migrator_drops_shadows_when_the_hdd_runs_short() {
         // In use: new data does not push it out.
         heat_up(&vol, e, 1);
     }
-    vol.heat().tick(tierd::clock::Clock::now(bed.clock.as_ref()));
+    vol.heat()
+        .tick(tierd::clock::Clock::now(bed.clock.as_ref()));
     // New extents fill the SSD, then the HDD down to its reserve.
     let mut e = 6;
     while vol.free_slots(Tier::Hdd) > 2 {
@@ -502,7 +503,12 @@ fn new_data_takes_the_ssd_back_from_clean_shadows_at_once() {
     // Fill the SSD's free slots with new extents.
     let mut e = 2u64;
     while vol.free_slots(Tier::Ssd) > 0 {
-        put(&vol, &mut model, e * EXTENT, &pattern(10 + e, EXTENT as usize));
+        put(
+            &vol,
+            &mut model,
+            e * EXTENT,
+            &pattern(10 + e, EXTENT as usize),
+        );
         assert_eq!(tier_of(&vol, e), Some(Tier::Ssd), "extent {e}");
         e += 1;
     }
@@ -519,10 +525,20 @@ fn new_data_takes_the_ssd_back_from_clean_shadows_at_once() {
     // A new extent: the idle shadowed one gives its slot.
     put(&vol, &mut model, e * EXTENT, &pattern(99, EXTENT as usize));
     assert_eq!(tier_of(&vol, e), Some(Tier::Ssd), "the new extent");
-    assert_eq!(Stats::get(&vol.stats().spills), spills, "spilled to the HDD");
+    assert_eq!(
+        Stats::get(&vol.stats().spills),
+        spills,
+        "spilled to the HDD"
+    );
     assert_eq!(dev_written(&vol, Tier::Hdd), hdd0, "HDD write bytes grew");
-    let home: Vec<u64> = (0..2).filter(|x| tier_of(&vol, *x) == Some(Tier::Hdd)).collect();
-    assert_eq!(home, vec![0], "the idle shadowed extent, and only it, gave way");
+    let home: Vec<u64> = (0..2)
+        .filter(|x| tier_of(&vol, *x) == Some(Tier::Hdd))
+        .collect();
+    assert_eq!(
+        home,
+        vec![0],
+        "the idle shadowed extent, and only it, gave way"
+    );
     for x in &home {
         let m = vol.mapping(*x).expect("mapped");
         assert_eq!(m.loc.slot, slots[*x as usize], "extent {x} went home");
@@ -535,15 +551,28 @@ fn new_data_takes_the_ssd_back_from_clean_shadows_at_once() {
     let kept = [1u64];
     let mut e = e + 1;
     while vol.free_slots(Tier::Ssd) > 0 {
-        put(&vol, &mut model, e * EXTENT, &pattern(10 + e, EXTENT as usize));
+        put(
+            &vol,
+            &mut model,
+            e * EXTENT,
+            &pattern(10 + e, EXTENT as usize),
+        );
         e += 1;
     }
     let spills = Stats::get(&vol.stats().spills);
     put(&vol, &mut model, e * EXTENT, &pattern(7, EXTENT as usize));
-    assert_eq!(tier_of(&vol, e), Some(Tier::Hdd), "new data pushed out data in use");
+    assert_eq!(
+        tier_of(&vol, e),
+        Some(Tier::Hdd),
+        "new data pushed out data in use"
+    );
     assert_eq!(Stats::get(&vol.stats().spills), spills + 1);
     for x in &kept {
-        assert_eq!(tier_of(&vol, *x), Some(Tier::Ssd), "extent {x} in use stays");
+        assert_eq!(
+            tier_of(&vol, *x),
+            Some(Tier::Ssd),
+            "extent {x} in use stays"
+        );
     }
     vol.flush().expect("flush");
     power_cycle(&bed, vol, &model, "after a power cut", 24);

@@ -756,7 +756,10 @@ mod tests {
         let four = rate(4);
         assert!(one > 0.8 * 150.0, "one stream {one} MB/s");
         assert!(four > one / 3.0, "four streams {four} vs one {one}");
-        assert!(four < one * 1.05, "four streams cannot beat one: {four} vs {one}");
+        assert!(
+            four < one * 1.05,
+            "four streams cannot beat one: {four} vs {one}"
+        );
     }
 
     #[test]

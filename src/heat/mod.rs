@@ -452,7 +452,7 @@ mod tests {
         h.tick(Duration::from_secs(14));
         assert_eq!(h.idle_secs(2), Some(9));
         assert!(h.active(2));
-        assert_eq!(h.active_all()[2], true);
+        assert!(h.active_all()[2]);
         h.tick(Duration::from_secs(15));
         assert!(!h.active(2), "10 s without a touch");
         assert_eq!(h.active_all(), vec![false; 8]);

@@ -164,9 +164,7 @@ impl Volume {
         let blocks = self.geo.blocks_per_extent();
         let clean = |m: &super::Mapping| m.shadow_clean(blocks);
         let found = self.extents_by_heat(except, false, |e, m| {
-            clean(m)
-                && self.pin_of(e) != Some(Tier::Ssd)
-                && !(idle_only && self.heat.active(e))
+            clean(m) && self.pin_of(e) != Some(Tier::Ssd) && !(idle_only && self.heat.active(e))
         });
         if found.is_empty() && !idle_only {
             // Until a promotion leaves a shadow again, writes need not look.
