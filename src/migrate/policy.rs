@@ -18,8 +18,8 @@
 //!
 //! 4. **Neighbourhood prefetch**: a *zone* (`zone-extents` neighbouring
 //!    extents) in which at least `zone-min-active` extents were touched
-//!    recently (within `heat.idle-after`) is in use as a whole; its HDD
-//!    extents that have not earned a
+//!    recently (in the coverage windows, and one within `heat.idle-after`)
+//!    is in use as a whole; its HDD extents that have not earned a
 //!    promotion themselves yet move up too, but only into free space above
 //!    the reserve or in place of SSD extents of *idle* zones (zones nothing
 //!    touched recently). Data next to what is in use replaces data next to
@@ -351,14 +351,13 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     // 4. Neighbourhood prefetch.
     if cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
         let z = u64::from(cfg.zone_extents);
-        // Activity of a zone: separate runs of extents in use (touched
-        // within `idle-after`). A sequential stream's first few MiB (which
-        // earn heat before the stream is recognised) are one run, so they
-        // never make a zone busy.
+        // Activity of a zone: separate runs of recently touched extents. A
+        // sequential stream's first few MiB (which earn heat before the
+        // stream is recognised) are one run, so they never make a zone busy.
         let mut touched: Vec<u64> = input
             .candidates
             .iter()
-            .filter(|c| c.active)
+            .filter(|c| c.coverage > 0)
             .map(|c| c.extent)
             .collect();
         touched.sort_unstable();
@@ -382,6 +381,19 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
                 *runs = (*runs).max(cfg.zone_min_active.max(1));
             }
         }
+        // Runs are counted over the coverage windows (a minute or two: a
+        // working set still read at HDD speed touches its tail zones only
+        // now and then), but a zone none of whose extents was touched
+        // within `idle-after` is idle: not busy, and its SSD extents may
+        // make way. So the set that just left is neither prefetched nor
+        // kept by its zones' older touches.
+        let recent: HashSet<u64> = input
+            .candidates
+            .iter()
+            .filter(|c| c.active)
+            .map(|c| c.extent / z)
+            .collect();
+        active.retain(|zone, _| recent.contains(zone));
         let in_use = |c: &Candidate| active.get(&(c.extent / z)).copied().unwrap_or(0);
         // Busy zones, grown into neighbouring zones with any activity at
         // all: a working set spread over many zones (each touched only a
@@ -415,8 +427,8 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         // their own yet, but the likeliest to be read again), then the
         // busiest zones, in order within a zone.
         near.sort_by(|a, b| {
-            b.active
-                .cmp(&a.active)
+            (b.active, b.coverage > 0)
+                .cmp(&(a.active, a.coverage > 0))
                 .then(in_use(b).cmp(&in_use(a)))
                 .then(a.extent.cmp(&b.extent))
         });
