@@ -109,6 +109,8 @@ pub struct HeatMap {
     extent_size: u64,
     /// Requests that earned no heat because they were sequential.
     bypassed: AtomicU64,
+    /// Ticks so far.
+    ticks: AtomicU64,
     times: Mutex<Times>,
 }
 
@@ -146,6 +148,7 @@ impl HeatMap {
             block_size,
             extent_size,
             bypassed: AtomicU64::new(0),
+            ticks: AtomicU64::new(0),
             times: Mutex::new(Times {
                 origin: now,
                 last_tick: now,
@@ -215,6 +218,7 @@ impl HeatMap {
         let decay =
             0.5f64.powf(elapsed.as_secs_f64() / self.cfg.half_life.as_secs_f64().max(1e-9)) as f32;
         let stamp = Self::stamp(now.saturating_sub(t.origin));
+        self.ticks.fetch_add(1, Ordering::Relaxed);
         for ((h, s), l) in self
             .hits
             .iter()
@@ -241,6 +245,11 @@ impl HeatMap {
                 p.store(c.swap(0, Ordering::Relaxed), Ordering::Relaxed);
             }
         }
+    }
+
+    /// Ticks so far (each one may change which extents are idle).
+    pub fn ticks(&self) -> u64 {
+        self.ticks.load(Ordering::Relaxed)
     }
 
     fn stamp(since_origin: Duration) -> u32 {

@@ -121,6 +121,9 @@ pub struct Volume {
     /// Some SSD extent may have a clean shadow (cleared when a search found
     /// none, set when a shadow is made): spares writes a fruitless search.
     clean_shadows: AtomicBool,
+    /// The heat tick at which new data last looked for an idle extent with
+    /// a clean copy and found none (no new look before the next tick).
+    no_idle_clean: std::sync::atomic::AtomicU64,
     /// Data written to a tier since its last sync.
     dirty: [AtomicBool; 2],
     /// Metadata changed since the last store flush.

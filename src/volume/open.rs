@@ -338,6 +338,7 @@ impl Volume {
             log_enabled: AtomicBool::new(opts.write_log),
             shadows_enabled: AtomicBool::new(opts.shadows),
             clean_shadows: AtomicBool::new(true),
+            no_idle_clean: std::sync::atomic::AtomicU64::new(u64::MAX),
             // A previous process may have left writes in the OS cache that
             // were never synced: the first flush syncs everything.
             dirty: [AtomicBool::new(true), AtomicBool::new(true)],

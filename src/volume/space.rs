@@ -64,7 +64,7 @@ impl Volume {
         &self,
         except: Option<u64>,
         hottest: bool,
-        pick: impl Fn(u64, &super::Mapping) -> bool,
+        pick: impl Fn(u64, &super::Mapping, bool) -> bool,
     ) -> Vec<u64> {
         // Idle extents rank below every extent in use, then by score.
         let active = self.heat.active_all();
@@ -80,7 +80,7 @@ impl Volume {
                     active.get(i as usize).copied().unwrap_or(false),
                     self.heat.score(i),
                 );
-                pick(i, g.as_ref()?).then_some((key, i))
+                pick(i, g.as_ref()?, key.0).then_some((key, i))
             })
             .collect();
         let order = |a: &(bool, f32), b: &(bool, f32)| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1));
@@ -97,7 +97,7 @@ impl Volume {
     /// the ones pre-cleaning gives a copy next.
     pub fn unshadowed_ssd_extents(&self, max: usize) -> Vec<u64> {
         let blocks = self.geo.blocks_per_extent();
-        let mut found = self.extents_by_heat(None, false, |_, m| {
+        let mut found = self.extents_by_heat(None, false, |_, m, _| {
             m.loc.tier == Tier::Ssd && m.shadow.is_none() && m.written.count(blocks) > 0
         });
         found.truncate(max);
@@ -112,7 +112,7 @@ impl Volume {
         if max == 0 {
             return Ok(0);
         }
-        let with = self.extents_by_heat(except, true, |_, m| m.shadow.is_some());
+        let with = self.extents_by_heat(except, true, |_, m, _| m.shadow.is_some());
         let mut dropped = 0;
         for extent in with {
             if dropped == max {
@@ -163,10 +163,19 @@ impl Volume {
         }
         let blocks = self.geo.blocks_per_extent();
         let clean = |m: &super::Mapping| m.shadow_clean(blocks);
-        let found = self.extents_by_heat(except, false, |e, m| {
-            clean(m) && self.pin_of(e) != Some(Tier::Ssd) && !(idle_only && self.heat.active(e))
+        if idle_only && self.heat.ticks() == self.no_idle_clean.load(Ordering::Relaxed) {
+            // None was found since the heat last changed.
+            return Ok(0);
+        }
+        let found = self.extents_by_heat(except, false, |e, m, active| {
+            clean(m) && self.pin_of(e) != Some(Tier::Ssd) && !(idle_only && active)
         });
-        if found.is_empty() && !idle_only {
+        if found.is_empty() && idle_only {
+            self.no_idle_clean
+                .store(self.heat.ticks(), Ordering::Relaxed);
+            return Ok(0);
+        }
+        if found.is_empty() {
             // Until a promotion leaves a shadow again, writes need not look.
             self.clean_shadows.store(false, Ordering::Relaxed);
             return Ok(0);
