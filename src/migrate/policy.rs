@@ -371,12 +371,13 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             *in_zone.entry(e / z).or_default() += 1;
             prev = Some(e);
         }
-        // A zone most of whose extents are in use is busy too, though they
-        // form few runs: a working set that has mostly come up, whose last
-        // extents on the HDD are the holes between them. (A stream's start
-        // is a few extents, never half a zone.)
+        // A zone three quarters of whose extents are in use is busy too,
+        // though they form few runs: a working set that has mostly come up,
+        // whose last extents on the HDD are the holes between them. (A
+        // stream's start is the cutoff's worth of extents, four of 1 MiB by
+        // default: a small share of a zone.)
         for (zone, n) in &in_zone {
-            if u64::from(*n) * 2 >= z {
+            if u64::from(*n) * 4 >= z * 3 {
                 let runs = active.entry(*zone).or_default();
                 *runs = (*runs).max(cfg.zone_min_active.max(1));
             }
@@ -948,7 +949,8 @@ mod tests {
     fn a_zone_mostly_in_use_stays_busy_for_its_last_extents() {
         // Zones of 8 extents, busy at 3 runs. Zone 0: extents 0..7 in use
         // (on the SSD, one run) and extent 7 on the HDD, untouched: the
-        // zone is busy by its share of extents in use, so 7 comes up.
+        // zone is busy by its share of extents in use (at least three
+        // quarters), so 7 comes up.
         let cfg = PolicyConfig {
             zone_extents: 8,
             zone_min_active: 3,
@@ -965,8 +967,8 @@ mod tests {
                 reason: Reason::Near
             }]
         );
-        // Three in use of eight (under half, one run): not busy.
-        let mut few: Vec<Candidate> = (0..3).map(|e| touched(e, Tier::Ssd, 1.0, 1)).collect();
+        // Five in use of eight (under three quarters, one run): not busy.
+        let mut few: Vec<Candidate> = (0..5).map(|e| touched(e, Tier::Ssd, 1.0, 1)).collect();
         few.push(touched(7, Tier::Hdd, 0.0, 0));
         assert!(plan(&cfg, &input(few, 10, 0)).is_empty());
     }
