@@ -489,6 +489,18 @@ fn a_demotion_never_writes_into_a_shadow_slot_given_away_during_its_copy() {
     assert_accounting(&vol, 24);
 }
 
+/// Write new extents from `first` on until the SSD has no free slot (each
+/// lands there); returns the next unwritten extent.
+fn fill_ssd(vol: &Volume, model: &mut [u8], first: u64) -> u64 {
+    let mut e = first;
+    while vol.free_slots(Tier::Ssd) > 0 {
+        put(vol, model, e * EXTENT, &pattern(10 + e, EXTENT as usize));
+        assert_eq!(tier_of(vol, e), Some(Tier::Ssd), "extent {e}");
+        e += 1;
+    }
+    e
+}
+
 /// The reserve lent to promotions comes back for new data at once: with the
 /// SSD full and two idle extents there holding clean shadows, a write to a
 /// new extent demotes one by a mapping change and lands on the SSD, not on
@@ -500,18 +512,7 @@ fn new_data_takes_the_ssd_back_from_clean_shadows_at_once() {
     let vol = bed.open();
     let mut model = model_of(&vol);
     let slots = two_shadows(&vol, &mut model);
-    // Fill the SSD's free slots with new extents.
-    let mut e = 2u64;
-    while vol.free_slots(Tier::Ssd) > 0 {
-        put(
-            &vol,
-            &mut model,
-            e * EXTENT,
-            &pattern(10 + e, EXTENT as usize),
-        );
-        assert_eq!(tier_of(&vol, e), Some(Tier::Ssd), "extent {e}");
-        e += 1;
-    }
+    let e = fill_ssd(&vol, &mut model, 2);
     vol.flush().expect("flush");
     // Extent 1 is in use, extent 0 (like the rest) idle: every write so far
     // was more than `idle-after` ago.
@@ -549,16 +550,7 @@ fn new_data_takes_the_ssd_back_from_clean_shadows_at_once() {
     // The clean extent in use stays: fill the SSD again; the next new
     // extent spills to the HDD instead.
     let kept = [1u64];
-    let mut e = e + 1;
-    while vol.free_slots(Tier::Ssd) > 0 {
-        put(
-            &vol,
-            &mut model,
-            e * EXTENT,
-            &pattern(10 + e, EXTENT as usize),
-        );
-        e += 1;
-    }
+    let e = fill_ssd(&vol, &mut model, e + 1);
     let spills = Stats::get(&vol.stats().spills);
     put(&vol, &mut model, e * EXTENT, &pattern(7, EXTENT as usize));
     assert_eq!(

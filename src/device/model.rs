@@ -616,6 +616,31 @@ mod tests {
 
     const TB: u64 = 1 << 40;
 
+    /// `ops` operations from `qd` closed-loop workers: each op goes to the
+    /// worker free first, `next(worker, k)` says what it is. Returns the
+    /// last completion.
+    fn closed_loop(
+        model: &mut dyn TimingModel,
+        qd: usize,
+        ops: u64,
+        mut next: impl FnMut(usize, u64) -> (OpKind, u64, u64),
+    ) -> Duration {
+        let mut free = vec![Duration::ZERO; qd];
+        let mut last = Duration::ZERO;
+        for k in 0..ops {
+            let (w, t) = free
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, t)| **t)
+                .map(|(i, t)| (i, *t))
+                .unwrap();
+            let (kind, off, len) = next(w, k);
+            free[w] = model.submit(kind, off, len, t);
+            last = last.max(free[w]);
+        }
+        last
+    }
+
     /// IOPS of `qd` closed-loop workers doing random `len`-byte ops.
     fn iops(
         model: &mut dyn TimingModel,
@@ -626,20 +651,9 @@ mod tests {
         ops: usize,
     ) -> f64 {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut free = vec![Duration::ZERO; qd];
-        let mut last = Duration::ZERO;
-        for _ in 0..ops {
-            let (w, t) = free
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, t)| **t)
-                .map(|(i, t)| (i, *t))
-                .unwrap();
-            let off = rng.gen_range(0..span / 4096) * 4096;
-            let done = model.submit(kind, off, len, t);
-            free[w] = done;
-            last = last.max(done);
-        }
+        let last = closed_loop(model, qd, ops as u64, |_, _| {
+            (kind, rng.gen_range(0..span / 4096) * 4096, len)
+        });
         ops as f64 / last.as_secs_f64()
     }
 
@@ -684,16 +698,8 @@ mod tests {
     /// swapped (a queue that reorders them).
     fn seq_rate(p: HddParams, qd: usize, len: u64, streams: bool, pieces: u64) -> f64 {
         let mut m = HddModel::new(p, TB);
-        let mut free = vec![Duration::ZERO; qd];
-        let mut cursors: Vec<u64> = (0..qd as u64).map(|w| w * (TB / 8)).collect();
-        let mut last = Duration::ZERO;
-        for k in 0..pieces {
-            let (w, t) = free
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, t)| **t)
-                .map(|(i, t)| (i, *t))
-                .unwrap();
+        let mut cursors = spread_cursors(qd);
+        let last = closed_loop(&mut m, qd, pieces, |w, k| {
             let off = if streams {
                 let o = cursors[w];
                 cursors[w] += len;
@@ -703,11 +709,14 @@ mod tests {
             } else {
                 k * len
             };
-            let done = m.submit(OpKind::Read, off, len, t);
-            free[w] = done;
-            last = last.max(done);
-        }
+            (OpKind::Read, off, len)
+        });
         (pieces * len) as f64 / last.as_secs_f64() / 1e6
+    }
+
+    /// One start offset per worker, an eighth of the disk apart.
+    fn spread_cursors(qd: usize) -> Vec<u64> {
+        (0..qd as u64).map(|w| w * (TB / 8)).collect()
     }
 
     #[test]
@@ -736,19 +745,11 @@ mod tests {
         let rate = |qd: usize| {
             let mut m = HddModel::new(HddParams::HDD_5400, TB);
             let len = 256u64 << 10;
-            let mut free = vec![Duration::ZERO; qd];
-            let mut cursors: Vec<u64> = (0..qd as u64).map(|w| w * (TB / 8)).collect();
-            for _ in 0..2000 {
-                let (w, t) = free
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, t)| **t)
-                    .map(|(i, t)| (i, *t))
-                    .unwrap();
-                free[w] = m.submit(OpKind::Write, cursors[w], len, t);
+            let mut cursors = spread_cursors(qd);
+            let last = closed_loop(&mut m, qd, 2000, |w, _| {
                 cursors[w] += len;
-            }
-            let last = free.iter().max().copied().unwrap();
+                (OpKind::Write, cursors[w] - len, len)
+            });
             let end = m.submit(OpKind::Flush, 0, 0, last);
             2000.0 * len as f64 / end.as_secs_f64() / 1e6
         };

@@ -269,15 +269,9 @@ impl HeatMap {
         Some(Self::stamp(t.last_tick.saturating_sub(t.origin)).saturating_sub(l))
     }
 
-    /// Whether the extent was touched within `idle-after` (as of the last
-    /// tick): in use. Idle extents give way to extents in use.
-    pub fn active(&self, extent: u64) -> bool {
-        self.idle_secs(extent)
-            .is_some_and(|s| u64::from(s) < self.cfg.idle_after.as_secs().max(1))
-    }
-
-    /// [`HeatMap::active`] for every extent at once (one lock, for the
-    /// policy's snapshot).
+    /// For every extent, whether it was touched within `idle-after` (as of
+    /// the last tick): in use. Idle extents give way to extents in use. One
+    /// lock for the whole snapshot.
     pub fn active_all(&self) -> Vec<bool> {
         let now = {
             let t = self.times.lock();
@@ -448,11 +442,11 @@ mod tests {
     #[test]
     fn an_extent_untouched_for_idle_after_is_idle() {
         let h = map();
-        assert!(!h.active(2), "never touched");
+        assert!(!h.active_all()[2], "never touched");
         assert_eq!(h.idle_secs(2), None);
         h.record(2 * MIB, 4096, IoHint::default());
         h.tick(Duration::from_secs(1));
-        assert!(h.active(2));
+        assert!(h.active_all()[2]);
         assert_eq!(h.idle_secs(2), Some(0));
         // Touched again at 5 s: idle counts from there.
         h.tick(Duration::from_secs(4));
@@ -460,10 +454,9 @@ mod tests {
         h.tick(Duration::from_secs(5));
         h.tick(Duration::from_secs(14));
         assert_eq!(h.idle_secs(2), Some(9));
-        assert!(h.active(2));
         assert!(h.active_all()[2]);
         h.tick(Duration::from_secs(15));
-        assert!(!h.active(2), "10 s without a touch");
+        assert!(!h.active_all()[2], "10 s without a touch");
         assert_eq!(h.active_all(), vec![false; 8]);
         // Its score is still there: idle is about recency, not frequency.
         assert!(h.score(2) > 1.0);
