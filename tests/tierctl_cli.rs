@@ -60,12 +60,82 @@ fn no_daemon_says_what_to_do() {
     assert!(err.contains("no daemon at"), "{err}");
     assert!(err.contains(&sock.display().to_string()), "{err}");
     assert!(err.contains("is tierd running?"), "{err}");
-    // The environment variable names the socket too.
+    // Without --control: $TIERD_CONTROL, then the system daemon's socket,
+    // then the local default, each named with why it did not answer.
     let out = run(Command::new(tierctl_bin())
         .arg("status")
+        .current_dir(dir.path())
         .env("TIERD_CONTROL", &sock));
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains(&sock.display().to_string()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let at = |p: &str| {
+        err.find(p)
+            .unwrap_or_else(|| panic!("{p} not named in: {err}"))
+    };
+    let (env, system, local) = (
+        at(&sock.display().to_string()),
+        at("/run/tierd/control.sock"),
+        at("tierd-data/control.sock"),
+    );
+    assert!(env < system && system < local, "search order: {err}");
+    assert!(err.contains("no such socket"), "{err}");
+}
+
+#[test]
+fn finds_the_local_socket_when_tierd_control_is_stale() {
+    let d = Daemon::start_with(DaemonOptions {
+        extra_args: vec!["--metrics-listen".into(), "".into()],
+        ..DaemonOptions::small()
+    });
+    // A directory whose tierd-data/control.sock is the daemon's socket.
+    let cwd = tempdir();
+    std::fs::create_dir(cwd.path().join("tierd-data")).expect("mkdir");
+    std::os::unix::fs::symlink(control(&d), cwd.path().join("tierd-data/control.sock"))
+        .expect("symlink");
+    let out = run(Command::new(tierctl_bin())
+        .args(["status", "--json"])
+        .current_dir(cwd.path())
+        .env("TIERD_CONTROL", cwd.path().join("gone.sock")));
+    assert!(out.status.success(), "{}", show("tierctl status", &out));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert!(v["capacity_bytes"].as_u64().is_some(), "{v}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("gone.sock") && err.contains("using tierd-data/control.sock"),
+        "the stale TIERD_CONTROL is reported: {err}"
+    );
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_tierctl_quietly() {
+    let d = Daemon::start_with(DaemonOptions {
+        extra_args: vec!["--metrics-listen".into(), "".into()],
+        ..DaemonOptions::small()
+    });
+    for args in [
+        &["status"][..],
+        &["placement", "--map"],
+        &["top", "--hot", "-n", "500"],
+    ] {
+        let mut child = Command::new(tierctl_bin())
+            .arg("--control")
+            .arg(control(&d))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn tierctl");
+        // Close the only read end before tierctl has its answer to print.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("tierctl ends");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "tierctl {args:?}: {:?} {err}",
+            out.status
+        );
+        assert!(err.is_empty(), "tierctl {args:?} printed: {err}");
+    }
 }
 
 #[test]

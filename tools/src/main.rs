@@ -3,32 +3,31 @@
 //! socket (line-delimited JSON, see docs/operations.md). Thin: parses flags,
 //! sends one request, prints the answer as text or (`--json`) as JSON.
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+mod client;
+mod device;
+mod map;
+mod out;
+mod status;
+
+use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use tierd::control::{
     Ack, Explain, MigrateAction, PlacementMap, Request, Response, Status, TopEntry, TopOrder, Where,
 };
-use tierd::device::{BlockDevice, FileDevice};
 use tierd::units::ByteSize;
-use tierd::volume::{detect_content, Superblock, Tier, PROBE_SIZE};
+use tierd::volume::Tier;
+
+use out::{human, paint, say};
 
 #[derive(Parser)]
 #[command(name = "tierctl", version, about = "Inspect and steer tierd")]
 struct Cli {
-    /// The daemon's control socket.
-    #[arg(
-        long,
-        global = true,
-        env = "TIERD_CONTROL",
-        value_name = "PATH",
-        default_value = "tierd-data/control.sock"
-    )]
-    control: PathBuf,
+    /// The daemon's control socket. Default: the first that answers of
+    /// $TIERD_CONTROL, /run/tierd/control.sock and tierd-data/control.sock.
+    #[arg(long, global = true, value_name = "PATH")]
+    control: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -147,47 +146,19 @@ fn parse_range(s: &str, open_end: bool) -> anyhow::Result<(u64, Option<u64>)> {
     bail!("range {s:?} has no end: write START-END (0-1GiB) or START+LEN (4GiB+512MiB)")
 }
 
-/// Send one request and return the daemon's answer.
-fn call(socket: &Path, req: &Request) -> anyhow::Result<Response> {
-    let mut stream = UnixStream::connect(socket).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => anyhow::anyhow!(
-            "no daemon at {}: is tierd running? (start it with `tierd serve`, or point --control or TIERD_CONTROL at its control socket)",
-            socket.display()
-        ),
-        std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(
-            "cannot connect to {}: permission denied (the socket is mode 0600: run tierctl as the user tierd runs as)",
-            socket.display()
-        ),
-        _ => anyhow::anyhow!("cannot connect to {}: {e}", socket.display()),
-    })?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let mut line = serde_json::to_vec(req)?;
-    line.push(b'\n');
-    stream
-        .write_all(&line)
-        .with_context(|| format!("sending to {}", socket.display()))?;
-    let mut answer = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut answer)
-        .with_context(|| format!("reading the answer from {}", socket.display()))?;
-    if answer.is_empty() {
-        bail!(
-            "{} closed the connection without answering: is it a tierd control socket?",
-            socket.display()
-        );
-    }
-    serde_json::from_str(&answer).context("the daemon's answer is not valid JSON")
-}
-
 /// Send a request; on `ok`, decode the result as `T`.
 fn request<T: serde::de::DeserializeOwned>(
     cli: &Cli,
     req: &Request,
 ) -> anyhow::Result<(T, Response)> {
-    let resp = call(&cli.control, req)?;
+    let resp = client::Target::new(
+        cli.control.clone(),
+        std::env::var_os("TIERD_CONTROL").map(PathBuf::from),
+    )
+    .call(req)?;
     if !resp.ok {
         if cli.json {
-            println!("{}", serde_json::to_string(&resp)?);
+            say!("{}", serde_json::to_string(&resp)?);
         }
         bail!(
             "the daemon refused: {}",
@@ -200,41 +171,11 @@ fn request<T: serde::de::DeserializeOwned>(
 }
 
 fn print_json(resp: &Response) -> anyhow::Result<()> {
-    println!(
+    say!(
         "{}",
         serde_json::to_string_pretty(resp.result.as_ref().unwrap_or(&serde_json::Value::Null))?
     );
     Ok(())
-}
-
-/// Bytes in binary units with two decimals.
-fn human(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
-
-/// Colour only on a terminal and without NO_COLOR.
-fn colour() -> bool {
-    use std::io::IsTerminal;
-    std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
-}
-
-fn paint(code: &str, s: &str) -> String {
-    if colour() {
-        format!("\x1b[{code}m{s}\x1b[0m")
-    } else {
-        s.to_string()
-    }
 }
 
 fn main() {
@@ -247,13 +188,13 @@ fn main() {
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match &cli.command {
-        Command::Device { path } => device(path, cli.json),
+        Command::Device { path } => device::show(path, cli.json),
         Command::Status => {
             let (s, resp): (Status, _) = request(&cli, &Request::Status)?;
             if cli.json {
                 return print_json(&resp);
             }
-            print_status(&s);
+            status::print(&s);
             Ok(())
         }
         Command::Placement { range, map, cells } => {
@@ -266,7 +207,7 @@ fn run() -> anyhow::Result<()> {
                 return print_json(&resp);
             }
             if *map {
-                print_map(&p, (*cells).max(1));
+                map::print(&p, (*cells).max(1));
             } else {
                 for r in &p.runs {
                     let at = match r.at {
@@ -274,7 +215,7 @@ fn run() -> anyhow::Result<()> {
                         Where::Hdd => paint("34", "hdd"),
                         Where::Unmapped => "unmapped".to_string(),
                     };
-                    println!(
+                    say!(
                         "{:>14} - {:>14}  {:>12}  {at}",
                         r.offset,
                         r.offset + r.len,
@@ -292,16 +233,17 @@ fn run() -> anyhow::Result<()> {
             }
             let e = &explain.placement;
             let tier = e.tier.map(|t| t.to_string()).unwrap_or("unmapped".into());
-            println!(
+            say!(
                 "extent {} (bytes {}..{}): {tier}",
                 e.extent,
                 e.offset,
                 e.offset + e.len
             );
             if let Some(slot) = e.slot {
-                println!(
+                say!(
                     "  slot {slot}, {} of {} blocks written",
-                    e.written_blocks, e.blocks
+                    e.written_blocks,
+                    e.blocks
                 );
             }
             let ranges = || {
@@ -318,7 +260,7 @@ fn run() -> anyhow::Result<()> {
                     .join(",")
             };
             if let Some(slot) = e.shadow_slot {
-                println!(
+                say!(
                     "  clean copy on the HDD (slot {slot}); {} blocks stale there{}",
                     e.stale_blocks,
                     if e.stale_blocks > 0 {
@@ -329,21 +271,22 @@ fn run() -> anyhow::Result<()> {
                 );
             }
             if e.logged_blocks > 0 {
-                println!(
+                say!(
                     "  {} blocks newer in the SSD write log (written back to the HDD later): {}",
                     e.logged_blocks,
                     ranges()
                 );
             }
-            println!(
+            say!(
                 "  heat {:.3}, {} blocks touched recently",
-                e.score, e.coverage
+                e.score,
+                e.coverage
             );
             if let Some(p) = e.pin {
-                println!("  pinned to the {p}");
+                say!("  pinned to the {p}");
             }
             if let Some(m) = e.last_move {
-                println!(
+                say!(
                     "  last move: {} -> {} ({}) at unix time {}",
                     m.from,
                     m.to,
@@ -351,7 +294,7 @@ fn run() -> anyhow::Result<()> {
                     m.at
                 );
             }
-            println!("  why: {}", explain.why);
+            say!("  why: {}", explain.why);
             Ok(())
         }
         Command::Top { hot, cold, n } => {
@@ -363,12 +306,16 @@ fn run() -> anyhow::Result<()> {
             if cli.json {
                 return print_json(&resp);
             }
-            println!(
+            say!(
                 "{:>10} {:>14} {:>4} {:>10} {:>8} pin",
-                "extent", "offset", "tier", "heat", "blocks"
+                "extent",
+                "offset",
+                "tier",
+                "heat",
+                "blocks"
             );
             for t in top {
-                println!(
+                say!(
                     "{:>10} {:>14} {:>4} {:>10.3} {:>8} {}",
                     t.extent,
                     t.offset,
@@ -425,189 +372,7 @@ fn ack(cli: &Cli, req: &Request) -> anyhow::Result<()> {
     if cli.json {
         return print_json(&resp);
     }
-    println!("{}", a.done);
-    Ok(())
-}
-
-fn print_status(s: &Status) {
-    println!(
-        "volume {} (tierd {}), up {} s",
-        s.volume_id, s.version, s.uptime_secs
-    );
-    println!(
-        "capacity {} ({} bytes), extent size {}",
-        human(s.capacity_bytes),
-        s.capacity_bytes,
-        human(s.extent_size)
-    );
-    println!(
-        "{:<4} {:>12} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7}",
-        "tier", "capacity", "used", "free", "extents", "read", "written", "errors"
-    );
-    for t in &s.tiers {
-        println!(
-            "{:<4} {:>12} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7}",
-            t.tier.to_string(),
-            human(t.capacity_bytes),
-            human(t.used_bytes),
-            human(t.free_bytes),
-            t.extents,
-            human(t.read_bytes),
-            human(t.write_bytes),
-            t.errors
-        );
-    }
-    println!(
-        "reserve: target {} (set at format: {}), SSD free {}",
-        human(s.reserve.target_bytes),
-        human(s.reserve.format_bytes),
-        human(s.reserve.ssd_free_bytes)
-    );
-    match s.hit_ratio {
-        Some(r) => println!("SSD hit ratio: {:.1} %", r * 100.0),
-        None => println!("SSD hit ratio: - (no reads of mapped data yet)"),
-    }
-    let m = &s.migration;
-    println!(
-        "migration: {}{}; {} rounds; {} promotions ({}), {} demotions ({}); now {}/s up, {}/s down; {} aborted, {} failed",
-        if m.running { "running" } else { "thread off" },
-        if m.paused { ", PAUSED" } else { "" },
-        m.rounds,
-        m.promotions,
-        human(m.promoted_bytes),
-        m.demotions,
-        human(m.demoted_bytes),
-        human(m.promote_rate as u64),
-        human(m.demote_rate as u64),
-        m.aborts,
-        m.errors
-    );
-    println!(
-        "migrate config: interval {:?}, bandwidth {}/s, max {} moves a round",
-        m.config.interval,
-        human(m.config.bandwidth.0),
-        m.config.policy.max_moves
-    );
-    let w = &s.write_log;
-    println!(
-        "write log: {}{} of {} on the SSD, {} dirty (write-back backlog); {} writes landed ({}), {} found it full; written back {}, now {}/s",
-        if w.enabled { "" } else { "OFF, " },
-        human(w.bytes),
-        human(w.max_bytes),
-        human(w.dirty_bytes),
-        w.written,
-        human(w.written_bytes),
-        w.full,
-        human(w.written_back_bytes),
-        human(w.write_back_rate as u64)
-    );
-    let sh = &s.shadows;
-    println!(
-        "shadows: {} extents keep an HDD copy, {} clean, {} stale; {} pre-cleaned; {} free demotions (saved {}), {} dropped for space",
-        sh.extents,
-        human(sh.clean_bytes),
-        human(sh.stale_bytes),
-        sh.precleaned,
-        sh.free_demotions,
-        human(sh.saved_bytes),
-        sh.dropped
-    );
-    println!(
-        "connections {}, in flight {}, spills {}, sequential bypasses {}, pins {}, quarantined {}",
-        s.connections, s.inflight, s.spills, s.sequential_bypasses, s.pins, s.quarantined
-    );
-}
-
-/// One cell per group of extents: S all SSD, H all HDD, m mixed, . unmapped.
-fn print_map(p: &PlacementMap, cells: usize) {
-    let es = p.extent_size;
-    let first = p.offset / es;
-    let end = (p.offset + p.len).div_ceil(es);
-    let extents = end - first;
-    let cells = (cells as u64).min(extents).max(1);
-    let per = extents.div_ceil(cells);
-    let cells = extents.div_ceil(per);
-    // Counts [ssd, hdd, unmapped] per cell.
-    let mut counts = vec![[0u64; 3]; cells as usize];
-    for r in &p.runs {
-        let (a, b) = (r.offset / es, (r.offset + r.len) / es);
-        for e in a.max(first)..b.min(end) {
-            let c = ((e - first) / per) as usize;
-            let k = match r.at {
-                Where::Ssd => 0,
-                Where::Hdd => 1,
-                Where::Unmapped => 2,
-            };
-            counts[c][k] += 1;
-        }
-    }
-    println!(
-        "{} .. {} ({} extents of {}, {} per cell)",
-        human(first * es),
-        human(end * es),
-        extents,
-        human(es),
-        per
-    );
-    let width = 64;
-    for (row, chunk) in counts.chunks(width).enumerate() {
-        let mut line = String::new();
-        for c in chunk {
-            line.push_str(&match (c[0] > 0, c[1] > 0) {
-                (true, false) => paint("42;30", "S"),
-                (false, true) => paint("44;37", "H"),
-                (true, true) => paint("43;30", "m"),
-                (false, false) => paint("2", "."),
-            });
-        }
-        let at = first + (row * width) as u64 * per;
-        println!("{:>10} {line}", human(at * es));
-    }
-    println!(
-        "legend: {} SSD  {} HDD  {} both  {} unmapped",
-        paint("42;30", "S"),
-        paint("44;37", "H"),
-        paint("43;30", "m"),
-        paint("2", ".")
-    );
-}
-
-fn device(path: &Path, json: bool) -> anyhow::Result<()> {
-    let dev =
-        FileDevice::open(path, false).with_context(|| format!("opening {}", path.display()))?;
-    let mut probe = vec![0u8; PROBE_SIZE.min(dev.size() as usize)];
-    dev.read_at(&mut probe, 0)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let sb = Superblock::decode(&probe);
-    let content = detect_content(&probe);
-    if json {
-        let v = match &sb {
-            Ok(sb) => serde_json::json!({
-                "path": path, "size": dev.size(), "tierd": true,
-                "role": sb.role, "volume-id": sb.volume_id, "format-version": sb.version,
-                "extent-size": sb.extent_size, "device-size": sb.device_size,
-                "data-offset": sb.data_offset, "slots": sb.slots, "created": sb.created,
-            }),
-            Err(e) => serde_json::json!({
-                "path": path, "size": dev.size(), "tierd": false,
-                "problem": e.to_string(), "content": content,
-            }),
-        };
-        println!("{v}");
-    } else {
-        match &sb {
-            Ok(sb) => println!(
-                "{}: tierd {} device of volume {}\n  format version {}, extent size {} B, {} slots from offset {}\n  device size {} B (at format: {} B), formatted at unix time {}",
-                path.display(), sb.role, sb.volume_id, sb.version, sb.extent_size,
-                sb.slots, sb.data_offset, dev.size(), sb.device_size, sb.created
-            ),
-            Err(e) => println!(
-                "{}: not a tierd device ({e}); it carries {}",
-                path.display(),
-                content.as_deref().unwrap_or("nothing recognisable")
-            ),
-        }
-    }
+    say!("{}", a.done);
     Ok(())
 }
 
