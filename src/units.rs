@@ -1,7 +1,9 @@
 //! Shared vocabulary of every layer: byte sizes and durations as the
 //! configuration writes them, the error a configuration section's
 //! `validate` returns (naming the key), the I/O hint a request carries down to heat
-//! tracking, and the reasons a migration moves an extent. It imports nothing
+//! tracking, the reasons a migration moves an extent, and [`snake_json`]
+//! (how a configuration section, kebab-case in files, appears in JSON
+//! output, where every key is snake_case). It imports nothing
 //! of the crate; everything else may import it.
 
 use std::fmt;
@@ -242,5 +244,42 @@ mod tests {
         assert!(ByteSize::parse("99999999999TiB").is_err());
         assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
         assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+}
+
+/// Serde helpers for a configuration section inside JSON output: its keys
+/// are kebab-case in configuration files and snake_case in every `--json`
+/// output and control answer (`#[serde(with = "crate::units::snake_json")]`).
+pub mod snake_json {
+    use serde::de::DeserializeOwned;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    /// Rename every object key of `v`, depth first.
+    pub fn rename_keys(v: Value, f: &impl Fn(&str) -> String) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.into_iter()
+                    .map(|(k, v)| (f(&k), rename_keys(v, f)))
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.into_iter().map(|v| rename_keys(v, f)).collect()),
+            other => other,
+        }
+    }
+
+    /// Write `t` with snake_case keys.
+    pub fn serialize<T: Serialize, S: Serializer>(t: &T, s: S) -> Result<S::Ok, S::Error> {
+        let v = serde_json::to_value(t).map_err(serde::ser::Error::custom)?;
+        rename_keys(v, &|k| k.replace('-', "_")).serialize(s)
+    }
+
+    /// Read `T` written by [`serialize`].
+    pub fn deserialize<'de, T: DeserializeOwned, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<T, D::Error> {
+        let v = Value::deserialize(d)?;
+        serde_json::from_value(rename_keys(v, &|k| k.replace('_', "-")))
+            .map_err(serde::de::Error::custom)
     }
 }

@@ -63,7 +63,7 @@ fn precedence_file_env_flag() {
     // File only.
     let mut d = Daemon::start_with(opts(&["--config", &cfgs], &[]));
     assert!(answers(&a), "the file's control socket does not answer");
-    assert_eq!(status(&a)["migration"]["config"]["max-moves"], 7);
+    assert_eq!(status(&a)["migration"]["config"]["max_moves"], 7);
     d.terminate();
     assert!(!a.exists(), "the control socket is removed at shutdown");
 
@@ -78,7 +78,7 @@ fn precedence_file_env_flag() {
         !a.exists(),
         "the file's socket was created although env overrides it"
     );
-    assert_eq!(status(&b)["migration"]["config"]["max-moves"], 9);
+    assert_eq!(status(&b)["migration"]["config"]["max_moves"], 9);
     d.terminate();
 
     // File < env < flag.
@@ -164,7 +164,7 @@ fn sighup_reloads_live_knobs() {
     let sock = d.data_dir().join("control.sock");
     let st = status(&sock);
     assert_eq!(st["migration"]["config"]["bandwidth"], "64MiB");
-    assert_eq!(st["migration"]["config"]["max-moves"], 5);
+    assert_eq!(st["migration"]["config"]["max_moves"], 5);
 
     write(
         &cfg,
@@ -177,7 +177,7 @@ fn sighup_reloads_live_knobs() {
         status(&sock)["migration"]["config"]["bandwidth"] == "32MiB"
     });
     assert!(applied, "SIGHUP did not apply [migrate]:\n{}", d.log());
-    assert_eq!(status(&sock)["migration"]["config"]["max-moves"], 3);
+    assert_eq!(status(&sock)["migration"]["config"]["max_moves"], 3);
     let log = d.log();
     assert!(log.contains("SIGHUP: configuration reloaded"), "{log}");
     assert!(
@@ -201,21 +201,46 @@ fn sighup_reloads_live_knobs() {
 }
 
 #[test]
-fn tells_systemd_ready_and_stopping() {
+fn tells_systemd_ready_status_watchdog_and_stopping() {
     let dir = tempdir();
     let path = dir.path().join("notify.sock");
     let sock = UnixDatagram::bind(&path).expect("binding the notify socket");
     sock.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
     let ps = path.display().to_string();
-    let mut d = Daemon::start_with(opts(&[], &[("NOTIFY_SOCKET", &ps)]));
+    // A watchdog of 400 ms: pings every 200 ms.
+    let mut d = Daemon::start_with(opts(
+        &[],
+        &[("NOTIFY_SOCKET", &ps), ("WATCHDOG_USEC", "400000")],
+    ));
     let mut buf = [0u8; 512];
-    let n = sock.recv(&mut buf).expect("READY=1 within 20 s");
-    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+    let mut recv = || {
+        let n = sock.recv(&mut buf).expect("a notification within 20 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let msg = recv();
     assert!(msg.lines().any(|l| l == "READY=1"), "{msg:?}");
     // Ready means listening: the control socket answers.
     assert!(answers(&d.data_dir().join("control.sock")));
+    // Then the health in the status line, and watchdog pings.
+    let mut seen = Vec::new();
+    while !(seen
+        .iter()
+        .any(|m: &String| m.starts_with("STATUS=serving; health ok"))
+        && seen.iter().filter(|m| *m == "WATCHDOG=1").count() >= 3)
+    {
+        seen.push(recv());
+        assert!(seen.len() < 100, "no status line or pings: {seen:?}");
+    }
     d.terminate();
-    let n = sock.recv(&mut buf).expect("STOPPING=1 at shutdown");
-    assert_eq!(String::from_utf8_lossy(&buf[..n]), "STOPPING=1");
+    loop {
+        let m = recv();
+        if m == "STOPPING=1" {
+            break;
+        }
+        assert!(
+            m == "WATCHDOG=1" || m.starts_with("STATUS="),
+            "unexpected notification before STOPPING=1: {m:?}"
+        );
+    }
 }

@@ -461,3 +461,69 @@ fn nbd_read_of_failing_region_gets_eio_and_connection_keeps_working() {
     rt.block_on(serving).expect("join").expect("serve");
     assert!(rig.dev(tier).injected(FaultOp::Read) >= 2);
 }
+
+#[test]
+fn health_turns_degraded_on_device_errors_and_failed_flushes_and_says_why() {
+    use tierd::migrate::{MigrateConfig, Migrator};
+    use tierd::serving::service::status_line;
+    use tierd::serving::{ConnectionProbe, Live};
+    let rig = Rig::new();
+    let vol = rig.open();
+    let migrator = Arc::new(Migrator::new(
+        vol.clone(),
+        vol.heat(),
+        MigrateConfig::default(),
+    ));
+    let live = Live::new(
+        vol.clone(),
+        vol.heat(),
+        migrator,
+        None,
+        ConnectionProbe::default(),
+    );
+    live.sample();
+    let h = live.health();
+    assert_eq!(h.state, "ok", "{h:?}");
+    assert_eq!(status_line(&h), "serving; health ok");
+
+    // A failed read: degraded, naming device errors and the tier counts.
+    vol.write(0, &fill(1, 16384), false).expect("write");
+    rig.ssd.add(FaultRule::new(&[FaultOp::Read]).times(1));
+    assert!(vol.read(0, &mut [0u8; 4096]).is_err());
+    live.sample();
+    let h = live.health();
+    assert_eq!(h.state, "degraded", "{h:?}");
+    assert!(
+        h.problems[0].contains("device errors") && h.problems[0].contains("SSD 1"),
+        "{h:?}"
+    );
+    assert!(status_line(&h).starts_with("serving; DEGRADED: device errors"));
+
+    // A failed flush is a second problem, and a good flush clears it.
+    rig.hdd.add(FaultRule::new(&[FaultOp::Sync]).times(1));
+    vol.write(4 * EXTENT, &fill(2, 16384), false)
+        .expect("write");
+    let _ = vol.write(40 * EXTENT, &fill(3, 16384), false);
+    // Whichever device the writes dirtied, fail its sync.
+    rig.ssd.add(FaultRule::new(&[FaultOp::Sync]).times(1));
+    assert!(vol.flush().is_err());
+    let h = live.health();
+    assert!(
+        h.problems.iter().any(|p| p.contains("latest flush failed")),
+        "{h:?}"
+    );
+    assert!(h.metadata_dirty, "{h:?}");
+    rig.ssd.clear();
+    rig.hdd.clear();
+    vol.flush().expect("flush after the faults");
+    let h = live.health();
+    assert!(!h.problems.iter().any(|p| p.contains("flush")), "{h:?}");
+    assert!(
+        !h.metadata_dirty && h.metadata_flush_age_secs < 5.0,
+        "{h:?}"
+    );
+
+    // The status snapshot carries the same health.
+    let st = live.status().health;
+    assert_eq!((st.state, st.problems), (h.state, h.problems));
+}

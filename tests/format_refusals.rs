@@ -345,16 +345,16 @@ fn format_refusals_and_force() {
     assert_eq!(s["tierd"], true, "{s}");
     assert_eq!(s["role"], "ssd", "{s}");
     assert_eq!(h["role"], "hdd", "{h}");
-    assert_eq!(s["volume-id"], h["volume-id"], "{s} {h}");
-    assert_eq!(s["extent-size"].as_u64(), Some(MIB), "{s}");
-    let old_id = s["volume-id"].clone();
+    assert_eq!(s["volume_id"], h["volume_id"], "{s} {h}");
+    assert_eq!(s["extent_size"].as_u64(), Some(MIB), "{s}");
+    let old_id = s["volume_id"].clone();
 
     // --force overwrites: a new volume on both devices and in the store.
     run_ok(format_cmd(&a.ssd, &a.hdd, &a.meta).arg("--force"));
     let (s, h) = (tierctl_json(&a.ssd), tierctl_json(&a.hdd));
     assert_eq!((&s["role"], &h["role"]), (&"ssd".into(), &"hdd".into()));
-    assert_eq!(s["volume-id"], h["volume-id"]);
-    assert_ne!(s["volume-id"], old_id, "--force did not make a new volume");
+    assert_eq!(s["volume_id"], h["volume_id"]);
+    assert_ne!(s["volume_id"], old_id, "--force did not make a new volume");
     let after = meta_snapshot(&a.meta, d);
     assert_ne!(
         volume_id(Some(&after)),

@@ -289,7 +289,7 @@ fn every_command_text_and_json() {
     let dev = json(&sock, &["device", &ssd.display().to_string()]);
     assert_eq!(dev["tierd"], true);
     assert_eq!(dev["role"], "ssd");
-    assert_eq!(dev["volume-id"], st["volume_id"]);
+    assert_eq!(dev["volume_id"], st["volume_id"]);
     let text = ok(&sock, &["device", &ssd.display().to_string()]);
     assert!(text.contains("tierd ssd device"), "{text}");
 }

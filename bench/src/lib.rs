@@ -101,9 +101,12 @@ pub struct BenchOptions {
     pub scratch: PathBuf,
     /// Test region for the drive suites, bytes.
     pub region: u64,
-    /// Heat knobs of the hybrid (a config file's `[heat]`).
+    /// Heat knobs of the hybrid (a config file's `[heat]`; snake_case keys
+    /// in JSON, as in every JSON output).
+    #[serde(serialize_with = "tierd::units::snake_json::serialize")]
     pub heat: HeatConfig,
     /// Migration and policy knobs of the hybrid (a config file's `[migrate]`).
+    #[serde(serialize_with = "tierd::units::snake_json::serialize")]
     pub migrate: MigrateConfig,
 }
 

@@ -131,11 +131,11 @@ fn main() -> anyhow::Result<()> {
                 let out = serde_json::json!({
                     "ssd": cfg.ssd_path(),
                     "hdd": cfg.hdd_path(),
-                    "meta-dir": cfg.meta_path(),
-                    "extent-size": geo.extent_size,
-                    "ssd-slots": geo.ssd_slots,
-                    "hdd-slots": geo.hdd_slots,
-                    "reserve-extents": geo.reserve_extents,
+                    "meta_dir": cfg.meta_path(),
+                    "extent_size": geo.extent_size,
+                    "ssd_slots": geo.ssd_slots,
+                    "hdd_slots": geo.hdd_slots,
+                    "reserve_extents": geo.reserve_extents,
                     "capacity": geo.capacity(),
                 });
                 println!("{out}");

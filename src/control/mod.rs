@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::migrate::MigrateConfig;
+use crate::migrate::{MigrateConfig, ProgressSnapshot};
 use crate::units::Reason;
 use crate::volume::{Placement, Tier};
 
@@ -162,6 +162,76 @@ pub struct TierStatus {
     pub errors: u64,
     /// Logical read pieces served from this tier.
     pub read_hits: u64,
+    /// Logical bytes read from extents on this tier.
+    #[serde(default)]
+    pub read_hit_bytes: u64,
+    /// Seconds the device had an operation in flight, since start.
+    #[serde(default)]
+    pub busy_secs: f64,
+    /// Share of the recent window (about 10 s) the device was busy.
+    #[serde(default)]
+    pub utilisation: f64,
+    /// Operation latencies by op and class (foreground, background).
+    #[serde(default)]
+    pub latency: Vec<OpLatency>,
+}
+
+/// Latencies of one device operation for one class of I/O, in
+/// [`TierStatus`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpLatency {
+    /// `read`, `write` or `sync`.
+    pub op: String,
+    /// `foreground` (users' requests) or `background` (migration,
+    /// write-back, pre-cleaning).
+    pub class: String,
+    /// Over the recent window (about 10 s).
+    pub recent: LatencySummary,
+    /// Since start.
+    pub total: LatencySummary,
+}
+
+/// Count and quantiles of a latency histogram (quantiles interpolated in
+/// fixed buckets, as Prometheus' `histogram_quantile`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    /// Operations.
+    pub ops: u64,
+    /// Mean seconds (`None` without operations).
+    pub mean_secs: Option<f64>,
+    /// Median seconds.
+    pub p50_secs: Option<f64>,
+    /// 99th percentile seconds.
+    pub p99_secs: Option<f64>,
+}
+
+/// The data in use against the SSD's room for it, in [`Status`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkingSetStatus {
+    /// Bytes of extents whose heat makes them promotion candidates
+    /// (effective heat at least `promote-min-score`).
+    pub hot_bytes: u64,
+    /// Of those, bytes on the SSD now.
+    pub hot_on_ssd_bytes: u64,
+    /// Bytes of extents touched within `heat.idle-after`.
+    pub active_bytes: u64,
+    /// SSD bytes that may hold data: its slots less the reserve target.
+    pub ssd_usable_bytes: u64,
+    /// `hot_bytes` fit in `ssd_usable_bytes`.
+    pub fits: bool,
+}
+
+/// Whether the daemon needs an operator, in [`Status`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HealthStatus {
+    /// `ok` or `degraded`.
+    pub state: String,
+    /// What makes it degraded, one sentence each (empty when ok).
+    pub problems: Vec<String>,
+    /// Seconds since the metadata store was last flushed.
+    pub metadata_flush_age_secs: f64,
+    /// Metadata changed since that flush.
+    pub metadata_dirty: bool,
 }
 
 /// Reserve part of [`Status`].
@@ -202,8 +272,12 @@ pub struct MigrationStatus {
     pub aborts: u64,
     /// Moves that failed.
     pub errors: u64,
-    /// The knobs in force (`[migrate]`).
+    /// The knobs in force (`[migrate]`, keys in snake_case).
+    #[serde(with = "crate::units::snake_json")]
     pub config: MigrateConfig,
+    /// Backlog and time spent waiting.
+    #[serde(default)]
+    pub progress: ProgressSnapshot,
 }
 
 /// Completed moves for one reason, in [`MigrationStatus`].
@@ -258,6 +332,12 @@ pub struct Status {
     /// Clean HDD copies kept by SSD extents.
     #[serde(default)]
     pub shadows: ShadowStatus,
+    /// The data in use against the SSD's room.
+    #[serde(default)]
+    pub working_set: WorkingSetStatus,
+    /// Ok or degraded, and why.
+    #[serde(default)]
+    pub health: HealthStatus,
 }
 
 /// The SSD write log: where writes to HDD extents land.

@@ -2,13 +2,15 @@
 //! stored on, with a file/block-device implementation ([`FileDevice`]) and an
 //! in-memory one for tests ([`MemDevice`]), a fault-injecting wrapper for
 //! reliability tests ([`FaultDevice`]), a data-less device for virtual-time
-//! benchmarks ([`NullDevice`]) and a wrapper that gives any device the timing
+//! benchmarks ([`NullDevice`]), a wrapper that times every operation per
+//! operation and I/O class ([`MeteredDevice`]) and a wrapper that gives any device the timing
 //! of a modelled drive on a [`crate::clock::Clock`] ([`TimedDevice`], models
 //! in [`model`]).
 
 mod fault;
 mod file;
 mod mem;
+mod meter;
 pub mod model;
 mod null;
 mod timed;
@@ -16,6 +18,7 @@ mod timed;
 pub use fault::{FaultDevice, FaultOp, FaultRule};
 pub use file::FileDevice;
 pub use mem::MemDevice;
+pub use meter::{ClassGuard, IoClass, IoMeter, IoOp, Latencies, MeteredDevice, IO_BUCKETS};
 pub use null::NullDevice;
 pub use timed::TimedDevice;
 

@@ -12,4 +12,4 @@ pub use bucket::TokenBucket;
 pub use copy::arm_crash_after;
 pub use copy::{migrate_batch, migrate_extent, preclean_batch, write_back_batch};
 pub use policy::{candidates, plan, Candidate, Move, PlanInput, PolicyConfig};
-pub use worker::{MigrateConfig, Migrator, RoundReport};
+pub use worker::{MigrateConfig, Migrator, ProgressSnapshot, RoundReport};

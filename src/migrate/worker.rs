@@ -21,6 +21,7 @@ use tracing::{debug, error, warn};
 
 use super::bucket::TokenBucket;
 use super::policy::{candidates, plan, PlanInput, PolicyConfig, NOT_NEGATIVE};
+use crate::device::IoClass;
 use crate::heat::HeatMap;
 use crate::units::ByteSize;
 use crate::units::{InvalidKey, Reason};
@@ -138,6 +139,38 @@ impl RoundReport {
     }
 }
 
+/// Backlog and throttle counters of a [`Migrator`].
+#[derive(Debug, Default)]
+struct Progress {
+    planned: AtomicU64,
+    last_planned: AtomicU64,
+    queued: AtomicU64,
+    more_waiting: AtomicBool,
+    backoff_ns: AtomicU64,
+    backing_off: AtomicBool,
+    throttle_ns: AtomicU64,
+}
+
+/// What the migrator has left to do and how long it waited
+/// ([`Migrator::progress`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgressSnapshot {
+    /// Moves the policy has asked for since start.
+    pub planned: u64,
+    /// Moves the latest round's plan asked for.
+    pub last_planned: u64,
+    /// Moves of the current round's plan not yet tried (0 between rounds).
+    pub queued: u64,
+    /// The latest plan filled a round (`max-moves`): more is waiting.
+    pub more_waiting: bool,
+    /// Seconds moves waited for busy foreground I/O since start.
+    pub backoff_secs: f64,
+    /// Waiting for the foreground now.
+    pub backing_off: bool,
+    /// Seconds copies waited for the bandwidth budget since start.
+    pub throttle_secs: f64,
+}
+
 /// Plans and performs migrations for one volume.
 pub struct Migrator {
     vol: Arc<Volume>,
@@ -152,6 +185,8 @@ pub struct Migrator {
     last_reads: AtomicU64,
     rounds: AtomicU64,
     panics: AtomicU64,
+    /// Backlog and throttle counters ([`Migrator::progress`]).
+    progress: Progress,
     /// SSD slots the policy keeps free (starts at the geometry's reserve;
     /// the operator may change it live).
     reserve_target: AtomicU64,
@@ -219,6 +254,7 @@ impl Migrator {
             last_reads: AtomicU64::new(reads),
             rounds: AtomicU64::new(0),
             panics: AtomicU64::new(0),
+            progress: Progress::default(),
             reserve_target: AtomicU64::new(reserve),
         }
     }
@@ -263,6 +299,41 @@ impl Migrator {
         self.rounds.load(Ordering::Relaxed)
     }
 
+    /// The migration backlog and how long moves waited.
+    pub fn progress(&self) -> ProgressSnapshot {
+        let p = &self.progress;
+        let secs = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e9;
+        ProgressSnapshot {
+            planned: p.planned.load(Ordering::Relaxed),
+            last_planned: p.last_planned.load(Ordering::Relaxed),
+            queued: p.queued.load(Ordering::Relaxed),
+            more_waiting: p.more_waiting.load(Ordering::Relaxed),
+            backoff_secs: secs(&p.backoff_ns),
+            backing_off: p.backing_off.load(Ordering::Relaxed),
+            throttle_secs: secs(&p.throttle_ns),
+        }
+    }
+
+    /// Wait while `busy()` says the foreground needs the devices, at most
+    /// `max` (the time goes to the backoff counters).
+    fn back_off(&self, busy: impl Fn() -> bool, max: Duration) {
+        let clock = self.vol.clock();
+        let mut waited = Duration::ZERO;
+        if !busy() {
+            return;
+        }
+        self.progress.backing_off.store(true, Ordering::Relaxed);
+        while busy() && waited < max {
+            let step = Duration::from_millis(5);
+            clock.sleep(step);
+            waited += step;
+        }
+        self.progress.backing_off.store(false, Ordering::Relaxed);
+        self.progress
+            .backoff_ns
+            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+    }
+
     /// Rounds that panicked.
     pub fn panics(&self) -> u64 {
         self.panics.load(Ordering::Relaxed)
@@ -272,9 +343,10 @@ impl Migrator {
     /// the volume's clock ([`crate::clock::Clock::sleep`]). Pausing ends a
     /// round early, between batches.
     pub fn run_round(&self) -> RoundReport {
+        // Whatever thread runs it, a round's device I/O is background I/O.
+        let _class = IoClass::Background.enter();
         let cfg = self.config();
         let vol = &self.vol;
-        let clock = vol.clock();
         let now = vol.clock().now();
         self.heat.tick(now);
         self.rounds.fetch_add(1, Ordering::Relaxed);
@@ -334,6 +406,11 @@ impl Migrator {
         let moves = plan(&cfg.policy, &input);
         report.planned = moves.len();
         report.truncated = moves.len() >= cfg.policy.max_moves;
+        let p = &self.progress;
+        p.planned.fetch_add(moves.len() as u64, Ordering::Relaxed);
+        p.last_planned.store(moves.len() as u64, Ordering::Relaxed);
+        p.queued.store(moves.len() as u64, Ordering::Relaxed);
+        p.more_waiting.store(report.truncated, Ordering::Relaxed);
         // Consecutive moves in one direction and for one bucket go as a
         // batch: one destination sync and one flush, neighbours merged.
         let mut k = 0;
@@ -375,19 +452,16 @@ impl Migrator {
                             .hdd_read_latency()
                             .is_some_and(|l| l >= cfg.busy_latency))
             };
-            let mut waited = Duration::ZERO;
-            while busy() && waited < cfg.max_backoff {
-                let step = Duration::from_millis(5);
-                clock.sleep(step);
-                waited += step;
-            }
+            self.back_off(busy, cfg.max_backoff);
             let bucket = if reserve {
                 &self.reserve_bucket
             } else {
                 &self.bucket
             };
             let mut pace = |n: u64| self.pace(bucket, n);
-            match super::copy::migrate_batch(vol, &batch, first.to, &mut pace) {
+            let result = super::copy::migrate_batch(vol, &batch, first.to, &mut pace);
+            p.queued.fetch_sub(batch.len() as u64, Ordering::Relaxed);
+            match result {
                 Ok(outcomes) => {
                     for (extent, o) in outcomes {
                         match o {
@@ -471,7 +545,6 @@ impl Migrator {
         if !urgent && !idle {
             return;
         }
-        let clock = vol.clock();
         let extents: Vec<u64> = vol
             .logged_extents()
             .into_iter()
@@ -482,12 +555,7 @@ impl Migrator {
             if self.paused() {
                 break;
             }
-            let mut waited = Duration::ZERO;
-            while vol.inflight() >= cfg.busy_inflight && waited < cfg.max_backoff {
-                let step = Duration::from_millis(5);
-                clock.sleep(step);
-                waited += step;
-            }
+            self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
             let mut pace = |n: u64| self.pace(&self.reserve_bucket, n);
             match super::copy::write_back_batch(vol, batch, &mut pace) {
                 Ok(outcomes) => {
@@ -519,6 +587,9 @@ impl Migrator {
     fn pace(&self, bucket: &Mutex<TokenBucket>, bytes: u64) {
         let clock = self.vol.clock();
         let wait = bucket.lock().take(bytes, clock.now());
+        self.progress
+            .throttle_ns
+            .fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
         clock.sleep(wait);
     }
 
@@ -536,6 +607,7 @@ impl Migrator {
     }
 
     fn thread_main(&self, rx: mpsc::Receiver<Signal>) {
+        let _class = IoClass::Background.enter();
         let mut last_save = self.vol.clock().now();
         let mut more = false;
         loop {

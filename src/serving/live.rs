@@ -9,9 +9,12 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::control::{
-    MigrationStatus, ReasonCount, ReserveStatus, ShadowStatus, Status, TierStatus, WriteLogStatus,
+    HealthStatus, LatencySummary, MigrationStatus, OpLatency, ReasonCount, ReserveStatus,
+    ShadowStatus, Status, TierStatus, WorkingSetStatus, WriteLogStatus,
 };
+use crate::device::{IoClass, IoOp, Latencies};
 use crate::heat::HeatMap;
+use crate::migrate::policy::{candidates, effective};
 use crate::migrate::worker::MigratorHandle;
 use crate::migrate::Migrator;
 use crate::volume::{Stats, Tier, Volume, BLOCK_SIZE};
@@ -21,6 +24,46 @@ pub use crate::units::REASONS;
 
 /// How many one-second samples the migration rate is computed over.
 const RATE_SAMPLES: usize = 11;
+
+/// Device errors this recent make the daemon degraded.
+const ERROR_WINDOW: Duration = Duration::from_secs(600);
+
+/// Metadata left unflushed this long makes the daemon degraded (the
+/// service flushes dirty metadata itself every [`META_FLUSH_EVERY`]).
+const META_STALE: Duration = Duration::from_secs(300);
+
+/// How often the service flushes metadata that clients left dirty.
+pub const META_FLUSH_EVERY: Duration = Duration::from_secs(30);
+
+/// Latency histograms of both tiers, indexed [tier][op][class].
+type MeterSnapshot = [[[Latencies; 2]; 3]; 2];
+
+/// One sample of the counters that rates and recent latencies come from.
+struct Sample {
+    at: Instant,
+    /// Migrated bytes to ssd, to hdd, written back.
+    moved: [u64; 3],
+    lat: MeterSnapshot,
+    busy: [f64; 2],
+}
+
+fn meters(vol: &Volume) -> (MeterSnapshot, [f64; 2]) {
+    let lat = Tier::ALL.map(|t| {
+        let m = vol.io_meter(t);
+        IoOp::ALL.map(|op| IoClass::ALL.map(|c| m.latencies(op, c)))
+    });
+    (lat, Tier::ALL.map(|t| vol.io_meter(t).busy_secs()))
+}
+
+fn summary(l: &Latencies) -> LatencySummary {
+    let ops = l.count();
+    LatencySummary {
+        ops,
+        mean_secs: (ops > 0).then(|| l.sum_secs / ops as f64),
+        p50_secs: l.quantile(0.5),
+        p99_secs: l.quantile(0.99),
+    }
+}
 
 /// Counts the daemon's open NBD connections from `/proc`: sockets among our
 /// own file descriptors that are established TCP connections on the NBD
@@ -130,8 +173,10 @@ pub struct Live {
     /// Counts open NBD connections.
     pub probe: ConnectionProbe,
     started: Instant,
-    /// (when, migrated bytes to ssd, to hdd), newest last.
-    samples: Mutex<VecDeque<(Instant, [u64; 3])>>,
+    /// Newest last.
+    samples: Mutex<VecDeque<Sample>>,
+    /// Device errors counted so far and when that count last grew.
+    errors: Mutex<(u64, Option<Instant>)>,
 }
 
 impl Live {
@@ -151,6 +196,7 @@ impl Live {
             probe,
             started: Instant::now(),
             samples: Mutex::new(VecDeque::new()),
+            errors: Mutex::new((0, None)),
         }
     }
 
@@ -169,13 +215,26 @@ impl Live {
     /// Record a migration-rate sample; call about once a second.
     pub fn sample(&self) {
         let s = self.volume.stats();
-        let now = [
+        let moved = [
             Stats::get(&s.migrated_bytes[0]),
             Stats::get(&s.migrated_bytes[1]),
             Stats::get(&s.written_back_blocks) * BLOCK_SIZE,
         ];
+        let errors = Stats::get(&s.dev_errors[0]) + Stats::get(&s.dev_errors[1]);
+        {
+            let mut e = self.errors.lock();
+            if errors > e.0 {
+                *e = (errors, Some(Instant::now()));
+            }
+        }
+        let (lat, busy) = meters(&self.volume);
         let mut q = self.samples.lock();
-        q.push_back((Instant::now(), now));
+        q.push_back(Sample {
+            at: Instant::now(),
+            moved,
+            lat,
+            busy,
+        });
         while q.len() > RATE_SAMPLES {
             q.pop_front();
         }
@@ -185,11 +244,11 @@ impl Live {
     pub fn migration_rates(&self) -> (f64, f64) {
         let q = self.samples.lock();
         match (q.front(), q.back()) {
-            (Some(a), Some(b)) if b.0 > a.0 => {
-                let dt = b.0.duration_since(a.0).as_secs_f64();
+            (Some(a), Some(b)) if b.at > a.at => {
+                let dt = b.at.duration_since(a.at).as_secs_f64();
                 (
-                    b.1[0].saturating_sub(a.1[0]) as f64 / dt,
-                    b.1[1].saturating_sub(a.1[1]) as f64 / dt,
+                    b.moved[0].saturating_sub(a.moved[0]) as f64 / dt,
+                    b.moved[1].saturating_sub(a.moved[1]) as f64 / dt,
                 )
             }
             _ => (0.0, 0.0),
@@ -200,11 +259,122 @@ impl Live {
     pub fn write_back_rate(&self) -> f64 {
         let q = self.samples.lock();
         match (q.front(), q.back()) {
-            (Some(a), Some(b)) if b.0 > a.0 => {
-                let dt = b.0.duration_since(a.0).as_secs_f64();
-                b.1[2].saturating_sub(a.1[2]) as f64 / dt
+            (Some(a), Some(b)) if b.at > a.at => {
+                let dt = b.at.duration_since(a.at).as_secs_f64();
+                b.moved[2].saturating_sub(a.moved[2]) as f64 / dt
             }
             _ => 0.0,
+        }
+    }
+
+    /// Per tier: each op and class's latencies (recent window and since
+    /// start), busy seconds since start and the recent utilisation.
+    fn latencies(&self) -> [(Vec<OpLatency>, f64, f64); 2] {
+        let (now, busy) = meters(&self.volume);
+        let q = self.samples.lock();
+        let oldest = q.front().map(|a| (a.at, &a.lat, a.busy));
+        Tier::ALL.map(|t| {
+            let i = t.index();
+            let mut ops = Vec::new();
+            for (o, op) in IoOp::ALL.iter().enumerate() {
+                for (c, class) in IoClass::ALL.iter().enumerate() {
+                    let total = &now[i][o][c];
+                    let recent = match oldest {
+                        Some((_, lat, _)) => total.since(&lat[i][o][c]),
+                        None => *total,
+                    };
+                    ops.push(OpLatency {
+                        op: op.name().into(),
+                        class: class.name().into(),
+                        recent: summary(&recent),
+                        total: summary(total),
+                    });
+                }
+            }
+            let util = match oldest {
+                Some((at, _, b)) => {
+                    let dt = at.elapsed().as_secs_f64();
+                    if dt > 0.0 {
+                        ((busy[i] - b[i]) / dt).clamp(0.0, 1.0)
+                    } else {
+                        0.0
+                    }
+                }
+                None => 0.0,
+            };
+            (ops, busy[i], util)
+        })
+    }
+
+    /// The data in use against the SSD's room for it (walks the extents).
+    pub fn working_set(&self) -> WorkingSetStatus {
+        let vol = &self.volume;
+        let es = vol.geometry().extent_size;
+        let bpe = vol.geometry().blocks_per_extent();
+        let policy = self.migrator.config().policy;
+        let mut w = WorkingSetStatus::default();
+        for c in candidates(vol, &self.heat) {
+            if effective(&policy, &c, bpe) >= policy.promote_min_score {
+                w.hot_bytes += es;
+                if c.tier == Tier::Ssd {
+                    w.hot_on_ssd_bytes += es;
+                }
+            }
+            if c.active {
+                w.active_bytes += es;
+            }
+        }
+        let slots = u64::from(vol.geometry().ssd_slots);
+        w.ssd_usable_bytes = slots.saturating_sub(self.migrator.reserve_extents()) * es;
+        w.fits = w.hot_bytes <= w.ssd_usable_bytes;
+        w
+    }
+
+    /// Ok, or degraded with the reasons: device errors in the last ten
+    /// minutes, a failed flush, metadata unflushed for five minutes, a
+    /// migration round that panicked.
+    pub fn health(&self) -> HealthStatus {
+        let vol = &self.volume;
+        let s = vol.stats();
+        let mut problems = Vec::new();
+        let (errors, last) = *self.errors.lock();
+        if let Some(at) = last.filter(|at| at.elapsed() < ERROR_WINDOW) {
+            problems.push(format!(
+                "device errors, the latest {} s ago ({errors} since start: SSD {}, HDD {}); see the log",
+                at.elapsed().as_secs(),
+                Stats::get(&s.dev_errors[0]),
+                Stats::get(&s.dev_errors[1])
+            ));
+        }
+        let f = vol.flush_state();
+        if f.last_failed {
+            problems.push(
+                "the latest flush failed: writes since the previous flush are not durable, and freed slots wait for a flush that succeeds; see the log"
+                    .into(),
+            );
+        }
+        if f.meta_dirty && f.since_meta_flush > META_STALE {
+            problems.push(format!(
+                "metadata unflushed for {} s: a power cut would lose the mapping changes since",
+                f.since_meta_flush.as_secs()
+            ));
+        }
+        let panics = self.migrator.panics();
+        if panics > 0 {
+            problems.push(format!(
+                "{panics} migration rounds panicked since start; see the log"
+            ));
+        }
+        HealthStatus {
+            state: if problems.is_empty() {
+                "ok"
+            } else {
+                "degraded"
+            }
+            .into(),
+            problems,
+            metadata_flush_age_secs: f.since_meta_flush.as_secs_f64(),
+            metadata_dirty: f.meta_dirty,
         }
     }
 
@@ -220,11 +390,17 @@ impl Live {
         let es = geo.extent_size;
         let usage = vol.usage();
         let s = vol.stats();
+        let mut lat = self.latencies();
         let tiers = Tier::ALL
             .iter()
             .map(|&t| {
                 let i = t.index();
+                let (latency, busy_secs, utilisation) = std::mem::take(&mut lat[i]);
                 TierStatus {
+                    read_hit_bytes: Stats::get(&s.read_hit_bytes[i]),
+                    busy_secs,
+                    utilisation,
+                    latency,
                     tier: t,
                     capacity_bytes: u64::from(geo.slots(t)) * es,
                     used_bytes: usage.mapped[i] * es,
@@ -267,6 +443,7 @@ impl Live {
             aborts: Stats::get(&s.migration_aborts),
             errors: Stats::get(&s.migration_errors),
             config: self.migrator.config(),
+            progress: self.migrator.progress(),
         };
         let blk = BLOCK_SIZE;
         let write_log = WriteLogStatus {
@@ -292,6 +469,8 @@ impl Live {
             precleaned: Stats::get(&s.precleaned),
         };
         Status {
+            working_set: self.working_set(),
+            health: self.health(),
             write_log,
             shadows,
             version: env!("CARGO_PKG_VERSION").to_string(),

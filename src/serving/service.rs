@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, UnixListener};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::adapter::VolumeExport;
 use super::control;
-use super::live::{ConnectionProbe, Live};
+use super::live::{ConnectionProbe, Live, META_FLUSH_EVERY};
 use super::metrics;
 use crate::config::{reload_effect, Config, Reload};
 use crate::device::{BlockDevice, FileDevice};
@@ -395,10 +395,44 @@ pub async fn run_with(
         let (live, mut rx) = (live.clone(), stop_rx.clone());
         side.spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            let mut last_flush = std::time::Instant::now();
+            let mut said = String::new();
             loop {
                 tokio::select! {
-                    _ = tick.tick() => live.sample(),
+                    _ = tick.tick() => {}
                     _ = rx.wait_for(|s| *s) => break,
+                }
+                live.sample();
+                if last_flush.elapsed() >= META_FLUSH_EVERY {
+                    last_flush = std::time::Instant::now();
+                    background_flush(&live).await;
+                }
+                let line = status_line(&live.health());
+                if line != said {
+                    sd_notify(&format!("STATUS={line}"));
+                    said = line;
+                }
+            }
+        });
+    }
+    if let Some(every) = watchdog_interval() {
+        // Pings come from the runtime that serves the volume, after a look
+        // at the volume: a wedged runtime or volume stops them.
+        let (live, mut rx) = (live.clone(), stop_rx.clone());
+        info!(every = ?every, "pinging the systemd watchdog");
+        side.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = rx.wait_for(|s| *s) => break,
+                }
+                let l = live.clone();
+                if tokio::task::spawn_blocking(move || l.volume.flush_state())
+                    .await
+                    .is_ok()
+                {
+                    sd_notify("WATCHDOG=1");
                 }
             }
         });
@@ -516,6 +550,41 @@ fn reload(hooks: &Hooks, applied: &mut Config, live: &Arc<Live>) {
     if changed.contains(&"log-level") {
         applied.log_level = new.log_level;
     }
+}
+
+/// Flush metadata that clients left dirty (writes without a FLUSH), so a
+/// power cut loses at most [`META_FLUSH_EVERY`] of mapping changes.
+async fn background_flush(live: &Arc<Live>) {
+    if !live.volume.flush_state().meta_dirty {
+        return;
+    }
+    let v = live.volume.clone();
+    match tokio::task::spawn_blocking(move || v.flush()).await {
+        Ok(Ok(())) => debug!("background flush done"),
+        Ok(Err(e)) => warn!("background flush failed: {e}"),
+        Err(e) => warn!("background flush task failed: {e}"),
+    }
+}
+
+/// The systemd status line: serving, and the health.
+pub fn status_line(h: &crate::control::HealthStatus) -> String {
+    if h.problems.is_empty() {
+        "serving; health ok".into()
+    } else {
+        format!("serving; DEGRADED: {}", h.problems.join("; "))
+    }
+}
+
+/// Half the watchdog timeout systemd set for us (`WATCHDOG_USEC`, for this
+/// process when `WATCHDOG_PID` is set), or `None` without a watchdog.
+fn watchdog_interval() -> Option<std::time::Duration> {
+    if let Some(pid) = std::env::var_os("WATCHDOG_PID") {
+        if pid.to_str().and_then(|p| p.parse::<u32>().ok()) != Some(std::process::id()) {
+            return None;
+        }
+    }
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    (usec > 0).then(|| std::time::Duration::from_micros(usec / 2))
 }
 
 /// Tell systemd about our state (`sd_notify(3)` datagram protocol); a

@@ -173,17 +173,20 @@ impl Volume {
         }
         let _inflight = InFlight::new(&self.inflight);
         let (mut hits, mut ops, mut bytes, mut unmapped) = ([0u64; 2], [0u64; 2], [0u64; 2], 0u64);
+        let (mut hit_bytes, mut unmapped_bytes) = ([0u64; 2], 0u64);
         for p in self.pieces(offset, buf.len() as u64) {
             let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
             let lock = self.slot_lock(p.extent);
             let guard = if wait { lock.read() } else { lock.try_read()? };
             let Some(m) = guard.as_ref() else {
                 unmapped += 1;
+                unmapped_bytes += p.len;
                 dst.fill(0);
                 continue;
             };
             let t = m.loc.tier.index();
             hits[t] += 1;
+            hit_bytes[t] += p.len;
             let mut read = |part: &mut [u8], tier: Tier, at: u64| -> Option<VolumeResult<()>> {
                 let dev = self.devices.get(tier);
                 let timed = wait && tier == Tier::Hdd;
@@ -236,10 +239,12 @@ impl Volume {
         self.heat.record(offset, buf.len() as u64, hint);
         for t in 0..2 {
             Stats::add(&self.stats.read_hits[t], hits[t]);
+            Stats::add(&self.stats.read_hit_bytes[t], hit_bytes[t]);
             Stats::add(&self.stats.dev_reads[t], ops[t]);
             Stats::add(&self.stats.dev_read_bytes[t], bytes[t]);
         }
         Stats::add(&self.stats.read_unmapped, unmapped);
+        Stats::add(&self.stats.read_unmapped_bytes, unmapped_bytes);
         Some(Ok(()))
     }
 

@@ -28,6 +28,7 @@ pub use moves::{Goal, MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
 pub use open::{FormatOptions, VolumeOptions, STORE_FORMAT_VERSION};
 pub use pins::{pin_in, Pin};
 pub use placement::Placement;
+pub use space::FlushState;
 pub use stats::Stats;
 
 pub use extent::{Loc, LogPos, Logged, Mapping, RecordError, Shadow, Written};
@@ -45,7 +46,7 @@ use parking_lot::{Mutex, RwLock};
 use uuid::Uuid;
 
 use crate::clock::Clock;
-use crate::device::BlockDevice;
+use crate::device::{BlockDevice, IoMeter};
 use crate::heat::HeatMap;
 use crate::store::MetaStore;
 use alloc::Allocator;
@@ -108,6 +109,8 @@ pub struct Volume {
     geo: Geometry,
     id: Uuid,
     devices: Devices,
+    /// Device operation times, SSD then HDD.
+    meters: [Arc<IoMeter>; 2],
     store: Arc<dyn MetaStore>,
     /// The extent map: one lock per logical extent.
     map: Box<[RwLock<Option<Mapping>>]>,
@@ -128,6 +131,10 @@ pub struct Volume {
     dirty: [AtomicBool; 2],
     /// Metadata changed since the last store flush.
     meta_dirty: AtomicBool,
+    /// Clock time (ns) of the last metadata flush, or of the open.
+    meta_flushed_at: std::sync::atomic::AtomicU64,
+    /// The latest flush failed.
+    flush_failed: AtomicBool,
     /// Serialises flushes.
     flush_lock: Mutex<()>,
     /// Per extent: bumped before every change of its data or mapping (and,
@@ -159,6 +166,11 @@ pub struct Volume {
 impl Volume {
     pub fn geometry(&self) -> &Geometry {
         &self.geo
+    }
+
+    /// The operation times of a tier's device since open.
+    pub fn io_meter(&self, tier: Tier) -> &IoMeter {
+        &self.meters[tier.index()]
     }
 
     /// The volume's id.

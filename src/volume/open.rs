@@ -23,6 +23,7 @@ use super::{
     VOLUME_ID_KEY,
 };
 use crate::clock::{Clock, SystemClock};
+use crate::device::MeteredDevice;
 use crate::heat::{HeatConfig, HeatMap};
 use crate::store::{MetaStore, FORMAT_VERSION_KEY};
 
@@ -156,6 +157,13 @@ impl Volume {
         store: Arc<dyn MetaStore>,
         opts: VolumeOptions,
     ) -> VolumeResult<Self> {
+        // Every device operation from here on is timed per tier.
+        let [ssd, hdd] = [devices.ssd, devices.hdd].map(MeteredDevice::new);
+        let meters = [ssd.meter(), hdd.meter()];
+        let devices = Devices {
+            ssd: Arc::new(ssd),
+            hdd: Arc::new(hdd),
+        };
         let version = store
             .get(FORMAT_VERSION_KEY)?
             .ok_or_else(|| VolumeError::NotFormatted("the metadata store".into()))?;
@@ -331,6 +339,7 @@ impl Volume {
             geo,
             id,
             devices,
+            meters,
             store,
             map: map.into_boxed_slice(),
             alloc,
@@ -343,6 +352,8 @@ impl Volume {
             // were never synced: the first flush syncs everything.
             dirty: [AtomicBool::new(true), AtomicBool::new(true)],
             meta_dirty: AtomicBool::new(true),
+            meta_flushed_at: std::sync::atomic::AtomicU64::new(opts.clock.now().as_nanos() as u64),
+            flush_failed: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
             gens: (0..logical).map(|_| AtomicU32::new(0)).collect(),
             watched: (0..logical).map(|_| AtomicU32::new(0)).collect(),

@@ -3,6 +3,7 @@
 //! slots and log places become reusable — and a clean close.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use super::extent::Loc;
 use super::geometry::{Tier, BLOCK_SIZE};
@@ -344,9 +345,20 @@ impl Volume {
         let quarantine = self.alloc.take_quarantine();
         let places = self.log.take_quarantine();
         let result = self.flush_inner(!quarantine.is_empty() || !places.is_empty());
+        self.flush_failed.store(result.is_err(), Ordering::Relaxed);
         self.alloc.settle(quarantine, result.is_ok());
         self.log.settle(places, result.is_ok(), &self.alloc);
         result
+    }
+
+    /// How metadata flushes stand, for health reports.
+    pub fn flush_state(&self) -> FlushState {
+        let at = Duration::from_nanos(self.meta_flushed_at.load(Ordering::Relaxed));
+        FlushState {
+            since_meta_flush: self.clock.now().saturating_sub(at),
+            meta_dirty: self.meta_dirty.load(Ordering::Acquire),
+            last_failed: self.flush_failed.load(Ordering::Relaxed),
+        }
     }
 
     /// Flush, then record a clean shutdown: the shadows stay trusted at the
@@ -375,7 +387,20 @@ impl Volume {
                 self.meta_dirty.store(true, Ordering::Release);
                 return Err(e.into());
             }
+            self.meta_flushed_at
+                .store(self.clock.now().as_nanos() as u64, Ordering::Relaxed);
         }
         Ok(())
     }
+}
+
+/// How metadata flushes stand ([`Volume::flush_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushState {
+    /// Time since the metadata store was last flushed (or the volume opened).
+    pub since_meta_flush: Duration,
+    /// Metadata changed since that flush.
+    pub meta_dirty: bool,
+    /// The latest flush failed.
+    pub last_failed: bool,
 }

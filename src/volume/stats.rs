@@ -22,8 +22,12 @@ pub struct Stats {
     pub dev_errors: [AtomicU64; 2],
     /// Logical read pieces served from each tier.
     pub read_hits: [AtomicU64; 2],
+    /// Logical bytes read from extents on each tier.
+    pub read_hit_bytes: [AtomicU64; 2],
     /// Logical read pieces of unmapped space (zeros, no device I/O).
     pub read_unmapped: AtomicU64,
+    /// Their bytes.
+    pub read_unmapped_bytes: AtomicU64,
     /// New extents allocated per tier.
     pub allocations: [AtomicU64; 2],
     /// New extents that went to the HDD because the SSD was full.

@@ -20,9 +20,9 @@ pub fn show(path: &Path, json: bool) -> anyhow::Result<()> {
         let v = match &sb {
             Ok(sb) => serde_json::json!({
                 "path": path, "size": dev.size(), "tierd": true,
-                "role": sb.role, "volume-id": sb.volume_id, "format-version": sb.version,
-                "extent-size": sb.extent_size, "device-size": sb.device_size,
-                "data-offset": sb.data_offset, "slots": sb.slots, "created": sb.created,
+                "role": sb.role, "volume_id": sb.volume_id, "format_version": sb.version,
+                "extent_size": sb.extent_size, "device_size": sb.device_size,
+                "data_offset": sb.data_offset, "slots": sb.slots, "created": sb.created,
             }),
             Err(e) => serde_json::json!({
                 "path": path, "size": dev.size(), "tierd": false,

@@ -4,7 +4,70 @@ use tierd::control::Status;
 
 use crate::out::{human, say};
 
+/// Seconds as µs, ms or s, three significant digits.
+fn dur(secs: Option<f64>) -> String {
+    match secs {
+        None => "-".into(),
+        Some(s) if s < 1e-3 => format!("{:.0} µs", s * 1e6),
+        Some(s) if s < 1.0 => format!("{:.2} ms", s * 1e3),
+        Some(s) => format!("{s:.2} s"),
+    }
+}
+
+/// Device latencies per tier: p50 and p99 of the recent window (about
+/// 10 s), falling back to since-start figures when the window saw none.
+fn print_latency(s: &Status) {
+    say!(
+        "device latency (last ~10 s; * = since start):\n{:<4} {:<5} {:<10} {:>9} {:>10} {:>10} {:>6}",
+        "tier",
+        "op",
+        "class",
+        "ops",
+        "p50",
+        "p99",
+        "util"
+    );
+    for t in &s.tiers {
+        let mut first = true;
+        for l in &t.latency {
+            if l.total.ops == 0 {
+                continue;
+            }
+            let (w, mark) = if l.recent.ops > 0 {
+                (&l.recent, "")
+            } else {
+                (&l.total, "*")
+            };
+            let util = if first {
+                format!("{:.0} %", t.utilisation * 100.0)
+            } else {
+                String::new()
+            };
+            first = false;
+            say!(
+                "{:<4} {:<5} {:<10} {:>9} {:>10} {:>10} {:>6}",
+                t.tier.to_string(),
+                l.op,
+                l.class,
+                format!("{}{mark}", w.ops),
+                dur(w.p50_secs),
+                dur(w.p99_secs),
+                util
+            );
+        }
+    }
+}
+
 pub fn print(s: &Status) {
+    let h = &s.health;
+    if h.problems.is_empty() {
+        say!("health: ok");
+    } else {
+        say!("health: DEGRADED");
+        for p in &h.problems {
+            say!("  - {p}");
+        }
+    }
     say!(
         "volume {} (tierd {}), up {} s",
         s.volume_id,
@@ -72,6 +135,30 @@ pub fn print(s: &Status) {
         human(m.config.bandwidth.0),
         m.config.policy.max_moves
     );
+    let p = &m.progress;
+    say!(
+        "migration backlog: last plan {} moves{}, {} of this round left; {} planned since start; waited {:.1} s for the foreground{}, {:.1} s for the bandwidth budget",
+        p.last_planned,
+        if p.more_waiting { " (a full round: more waiting)" } else { "" },
+        p.queued,
+        p.planned,
+        p.backoff_secs,
+        if p.backing_off { " (waiting now)" } else { "" },
+        p.throttle_secs
+    );
+    let ws = &s.working_set;
+    say!(
+        "working set: {} hot ({} of it on the SSD), {} touched recently; the SSD holds {} beside the reserve: {}",
+        human(ws.hot_bytes),
+        human(ws.hot_on_ssd_bytes),
+        human(ws.active_bytes),
+        human(ws.ssd_usable_bytes),
+        if ws.fits {
+            "the hot data fits"
+        } else {
+            "TOO SMALL for the hot data"
+        }
+    );
     let w = &s.write_log;
     say!(
         "write log: {}{} of {} on the SSD, {} dirty (write-back backlog); {} writes landed ({}), {} found it full; written back {}, now {}/s",
@@ -96,6 +183,7 @@ pub fn print(s: &Status) {
         human(sh.saved_bytes),
         sh.dropped
     );
+    print_latency(s);
     say!(
         "connections {}, in flight {}, spills {}, sequential bypasses {}, pins {}, quarantined {}",
         s.connections,

@@ -1,0 +1,270 @@
+//! The recorder's series: their descriptions and [`collect`], which copies
+//! the live state into them right before a scrape.
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge};
+
+use super::super::live::Live;
+use crate::units::REASONS;
+use crate::volume::{Stats, Tier};
+
+/// Describe every series (once, at install).
+pub(super) fn describe() {
+    describe_counter!(
+        "tierd_nbd_requests_total",
+        "NBD requests completed, by command and result"
+    );
+    describe_counter!(
+        "tierd_nbd_request_bytes_total",
+        "Payload bytes of completed NBD read and write requests"
+    );
+    describe_histogram!(
+        "tierd_nbd_request_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time from dispatch to completion of an NBD request, by command"
+    );
+    describe_gauge!("tierd_nbd_connections", "Open NBD connections");
+    describe_gauge!(
+        "tierd_inflight_requests",
+        "Foreground volume requests in progress"
+    );
+    describe_counter!("tierd_device_io_total", "Device operations by tier and op");
+    describe_counter!(
+        "tierd_device_io_bytes_total",
+        "Device bytes transferred by tier and op"
+    );
+    describe_counter!("tierd_device_errors_total", "Device I/O errors by tier");
+    describe_counter!(
+        "tierd_read_hits_total",
+        "Logical read pieces served by each tier"
+    );
+    describe_counter!(
+        "tierd_read_unmapped_total",
+        "Logical read pieces of unmapped space (zeros without device I/O)"
+    );
+    describe_counter!(
+        "tierd_read_hit_bytes_total",
+        "Logical bytes read from extents on each tier (the SSD hit ratio by bytes is ssd / (ssd + hdd))"
+    );
+    describe_counter!(
+        "tierd_read_unmapped_bytes_total",
+        "Logical bytes read from unmapped space"
+    );
+    describe_counter!("tierd_allocations_total", "New extents allocated per tier");
+    describe_counter!(
+        "tierd_spills_total",
+        "New extents placed on the HDD because the SSD was full"
+    );
+    describe_counter!(
+        "tierd_sequential_bypass_total",
+        "Requests that earned no heat because they belonged to a sequential stream"
+    );
+    describe_counter!(
+        "tierd_migrations_total",
+        "Completed extent migrations by direction and reason"
+    );
+    describe_counter!(
+        "tierd_migrated_bytes_total",
+        "Bytes copied by migrations by direction"
+    );
+    describe_counter!(
+        "tierd_migration_aborts_total",
+        "Migrations abandoned because the extent kept changing"
+    );
+    describe_counter!("tierd_migration_errors_total", "Migrations that failed");
+    describe_counter!("tierd_migration_rounds_total", "Migration planning rounds");
+    describe_gauge!("tierd_migration_paused", "1 while migration is paused");
+    describe_gauge!("tierd_volume_capacity_bytes", "Logical size of the volume");
+    describe_gauge!("tierd_tier_capacity_bytes", "Data slots of a tier in bytes");
+    describe_gauge!("tierd_tier_used_bytes", "Bytes of mapped extents on a tier");
+    describe_gauge!("tierd_tier_free_bytes", "Bytes of free slots on a tier");
+    describe_gauge!("tierd_extents", "Mapped extents per tier");
+    describe_gauge!(
+        "tierd_quarantined_extents",
+        "Freed slots waiting for a metadata flush before reuse"
+    );
+    describe_gauge!(
+        "tierd_reserve_target_bytes",
+        "SSD bytes the migrator keeps free (live target)"
+    );
+    describe_gauge!(
+        "tierd_reserve_format_bytes",
+        "SSD reserve fixed when the volume was formatted"
+    );
+    describe_gauge!("tierd_pins", "Pin entries in force");
+    describe_gauge!(
+        "tierd_write_log_bytes",
+        "SSD bytes lent to the write log (writes to HDD extents land there)"
+    );
+    describe_gauge!(
+        "tierd_write_log_capacity_bytes",
+        "Most SSD bytes the write log may take (the reserve)"
+    );
+    describe_gauge!(
+        "tierd_write_log_dirty_bytes",
+        "Bytes whose newest data is in the write log: the write-back backlog"
+    );
+    describe_counter!(
+        "tierd_write_log_writes_total",
+        "Writes to HDD extents that landed in the SSD write log"
+    );
+    describe_counter!(
+        "tierd_write_log_full_total",
+        "Writes to HDD extents that went to the HDD because the write log was full"
+    );
+    describe_counter!(
+        "tierd_written_back_bytes_total",
+        "Bytes written back from the write log to the HDD"
+    );
+    describe_gauge!(
+        "tierd_shadow_bytes",
+        "HDD copies kept by SSD extents: clean (demotion is free) or stale (written back on demotion)"
+    );
+    describe_counter!(
+        "tierd_free_demotions_total",
+        "Demotions that wrote no data: the extent's HDD shadow was clean"
+    );
+    describe_counter!(
+        "tierd_shadows_dropped_total",
+        "Shadows dropped because the HDD needed their slots"
+    );
+    describe_counter!(
+        "tierd_precleaned_extents_total",
+        "SSD extents given a clean HDD copy in idle time (pre-cleaning)"
+    );
+    describe_gauge!(
+        "tierd_build_info",
+        "Always 1; the version of the running tierd in its labels"
+    );
+    describe_gauge!(
+        "tierd_hot_bytes",
+        "Bytes of extents whose heat makes them promotion candidates, by the tier they are on (their sum is the working set)"
+    );
+    describe_gauge!(
+        "tierd_active_bytes",
+        "Bytes of extents touched within heat.idle-after"
+    );
+    describe_gauge!(
+        "tierd_tier_usable_bytes",
+        "Bytes a tier may fill with data: its slots, on the SSD less the reserve target"
+    );
+    describe_counter!(
+        "tierd_migration_planned_total",
+        "Moves the migration policy asked for"
+    );
+    describe_gauge!(
+        "tierd_migration_queued_moves",
+        "Moves of the current round's plan not yet tried"
+    );
+    describe_gauge!(
+        "tierd_migration_more_waiting",
+        "1 when the latest plan filled a round (max-moves): more moves are waiting"
+    );
+    describe_gauge!(
+        "tierd_migration_backing_off",
+        "1 while migration waits for busy foreground I/O"
+    );
+    describe_gauge!(
+        "tierd_migration_bandwidth_bytes_per_second",
+        "The configured migration bandwidth (0: unlimited)"
+    );
+    describe_gauge!(
+        "tierd_degraded",
+        "1 while the daemon is degraded (tierctl status says why)"
+    );
+    describe_gauge!(
+        "tierd_health_problems",
+        "Problems that make the daemon degraded"
+    );
+    describe_gauge!(
+        "tierd_metadata_flush_age_seconds",
+        "Seconds since the metadata store was last flushed"
+    );
+}
+
+/// Copy the live state into the recorder (walks the extent map: call off
+/// the async threads).
+pub fn collect(live: &Live) {
+    let vol = &live.volume;
+    let s = vol.stats();
+    let geo = *vol.geometry();
+    let es = geo.extent_size;
+    let usage = vol.usage();
+    for t in Tier::ALL {
+        let (i, tier) = (t.index(), t.name());
+        for (op, n, b) in [
+            ("read", &s.dev_reads[i], &s.dev_read_bytes[i]),
+            ("write", &s.dev_writes[i], &s.dev_write_bytes[i]),
+        ] {
+            counter!("tierd_device_io_total", "tier" => tier, "op" => op).absolute(Stats::get(n));
+            counter!("tierd_device_io_bytes_total", "tier" => tier, "op" => op)
+                .absolute(Stats::get(b));
+        }
+        counter!("tierd_device_errors_total", "tier" => tier)
+            .absolute(Stats::get(&s.dev_errors[i]));
+        counter!("tierd_read_hits_total", "tier" => tier).absolute(Stats::get(&s.read_hits[i]));
+        counter!("tierd_read_hit_bytes_total", "tier" => tier)
+            .absolute(Stats::get(&s.read_hit_bytes[i]));
+        counter!("tierd_allocations_total", "tier" => tier).absolute(Stats::get(&s.allocations[i]));
+        gauge!("tierd_tier_capacity_bytes", "tier" => tier)
+            .set((u64::from(geo.slots(t)) * es) as f64);
+        gauge!("tierd_tier_used_bytes", "tier" => tier).set((usage.mapped[i] * es) as f64);
+        gauge!("tierd_tier_free_bytes", "tier" => tier).set((u64::from(usage.free[i]) * es) as f64);
+        gauge!("tierd_extents", "tier" => tier).set(usage.mapped[i] as f64);
+        let direction = match t {
+            Tier::Ssd => "promote",
+            Tier::Hdd => "demote",
+        };
+        for r in REASONS {
+            counter!("tierd_migrations_total", "direction" => direction, "reason" => r.name())
+                .absolute(s.migrations_to(t, r));
+        }
+        counter!("tierd_migrated_bytes_total", "direction" => direction)
+            .absolute(Stats::get(&s.migrated_bytes[i]));
+    }
+    counter!("tierd_read_unmapped_total").absolute(Stats::get(&s.read_unmapped));
+    counter!("tierd_read_unmapped_bytes_total").absolute(Stats::get(&s.read_unmapped_bytes));
+    counter!("tierd_spills_total").absolute(Stats::get(&s.spills));
+    counter!("tierd_sequential_bypass_total").absolute(live.heat.bypassed());
+    counter!("tierd_migration_aborts_total").absolute(Stats::get(&s.migration_aborts));
+    counter!("tierd_migration_errors_total").absolute(Stats::get(&s.migration_errors));
+    counter!("tierd_migration_rounds_total").absolute(live.migrator.rounds());
+    gauge!("tierd_migration_paused").set(if live.migrator.paused() { 1.0 } else { 0.0 });
+    gauge!("tierd_volume_capacity_bytes").set(vol.size() as f64);
+    gauge!("tierd_quarantined_extents").set(f64::from(usage.quarantined));
+    gauge!("tierd_reserve_target_bytes").set((live.migrator.reserve_extents() * es) as f64);
+    gauge!("tierd_reserve_format_bytes").set((u64::from(geo.reserve_extents) * es) as f64);
+    gauge!("tierd_pins").set(vol.pins().len() as f64);
+    let blk = crate::volume::BLOCK_SIZE;
+    gauge!("tierd_write_log_bytes").set((u64::from(usage.log.segments) * es) as f64);
+    gauge!("tierd_write_log_capacity_bytes").set((u64::from(usage.log.cap) * es) as f64);
+    gauge!("tierd_write_log_dirty_bytes").set((usage.logged_blocks * blk) as f64);
+    counter!("tierd_write_log_writes_total").absolute(Stats::get(&s.log_writes));
+    counter!("tierd_write_log_full_total").absolute(Stats::get(&s.log_full));
+    counter!("tierd_written_back_bytes_total").absolute(Stats::get(&s.written_back_blocks) * blk);
+    gauge!("tierd_shadow_bytes", "state" => "clean").set((usage.shadow_clean_blocks * blk) as f64);
+    gauge!("tierd_shadow_bytes", "state" => "stale").set((usage.shadow_stale_blocks * blk) as f64);
+    counter!("tierd_free_demotions_total").absolute(Stats::get(&s.free_demotions));
+    counter!("tierd_shadows_dropped_total").absolute(Stats::get(&s.shadows_dropped));
+    counter!("tierd_precleaned_extents_total").absolute(Stats::get(&s.precleaned));
+    gauge!("tierd_nbd_connections").set(live.probe.count() as f64);
+    gauge!("tierd_inflight_requests").set(vol.inflight() as f64);
+    gauge!("tierd_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    let w = live.working_set();
+    gauge!("tierd_hot_bytes", "tier" => "ssd").set(w.hot_on_ssd_bytes as f64);
+    gauge!("tierd_hot_bytes", "tier" => "hdd").set((w.hot_bytes - w.hot_on_ssd_bytes) as f64);
+    gauge!("tierd_active_bytes").set(w.active_bytes as f64);
+    gauge!("tierd_tier_usable_bytes", "tier" => "ssd").set(w.ssd_usable_bytes as f64);
+    gauge!("tierd_tier_usable_bytes", "tier" => "hdd").set((u64::from(geo.hdd_slots) * es) as f64);
+    let p = live.migrator.progress();
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    counter!("tierd_migration_planned_total").absolute(p.planned);
+    gauge!("tierd_migration_queued_moves").set(p.queued as f64);
+    gauge!("tierd_migration_more_waiting").set(flag(p.more_waiting));
+    gauge!("tierd_migration_backing_off").set(flag(p.backing_off));
+    gauge!("tierd_migration_bandwidth_bytes_per_second")
+        .set(live.migrator.config().bandwidth.0 as f64);
+    let h = live.health();
+    gauge!("tierd_degraded").set(flag(!h.problems.is_empty()));
+    gauge!("tierd_health_problems").set(h.problems.len() as f64);
+    gauge!("tierd_metadata_flush_age_seconds").set(h.metadata_flush_age_secs);
+}
