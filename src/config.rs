@@ -259,7 +259,7 @@ pub fn key_of_env(var: &str) -> Option<String> {
 /// How a change of `key` takes effect on SIGHUP.
 pub fn reload_effect(key: &str) -> Reload {
     match key {
-        "log-level" => Reload::Live,
+        "log-level" | "heat.sequential-cutoff" => Reload::Live,
         k if k.starts_with("migrate.") => Reload::Live,
         "ssd-size" | "hdd-size" | "extent-size" | "reserve" => Reload::Format,
         _ => Reload::Restart,
@@ -295,6 +295,49 @@ impl Config {
         };
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// `self` with (key, value) pairs set over it, as flags would set them
+    /// (`tierctl config set`), then validated.
+    pub fn overridden(&self, pairs: &[(String, String)]) -> Result<Config, ConfigError> {
+        let mut b = config::Config::builder().add_source(config::Config::try_from(self)?);
+        for (k, v) in pairs {
+            if !is_key(k) {
+                return Err(ConfigError::Invalid(InvalidKey::new(
+                    "key",
+                    format!("{k:?} is no configuration key"),
+                )));
+            }
+            b = b.set_override(k.as_str(), typed_for(k, v))?;
+        }
+        let merged = b.build()?;
+        let cfg: Config = match merged.clone().try_deserialize() {
+            Ok(c) => c,
+            Err(e) => return Err(name_the_key(&merged, e)),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Every key with its value as the configuration writes it (`60s`,
+    /// `128MiB`, `true`; `""` for an unset optional key), sorted by key.
+    pub fn values(&self) -> Vec<(&'static str, String)> {
+        let v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        let mine = leaves(&v);
+        keys()
+            .map(|k| {
+                let val = mine
+                    .iter()
+                    .find(|(m, _)| m == k)
+                    .map(|(_, v)| match v {
+                        serde_json::Value::String(s) => s.clone(),
+                        serde_json::Value::Null => String::new(),
+                        v => v.to_string(),
+                    })
+                    .unwrap_or_default();
+                (k, val)
+            })
+            .collect()
     }
 
     /// The keys whose values differ between `self` and `other`, sorted.

@@ -68,11 +68,31 @@ pub enum Request {
         /// What to do.
         action: MigrateAction,
     },
-    /// Set the live reserve target (bytes of SSD kept free).
+    /// Set the live reserve target (bytes of SSD kept free); saved like
+    /// `config set reserve`.
     Reserve {
         /// Bytes; rounded up to whole extents, at most the SSD.
         bytes: u64,
     },
+    /// Every configuration key with its value in force, default, whether
+    /// it can change live, and where the value comes from.
+    ConfigShow,
+    /// Change a live key now and keep the change across restarts.
+    ConfigSet {
+        /// The key (`migrate.bandwidth`).
+        key: String,
+        /// The value as the configuration writes it (`64MiB`).
+        value: String,
+    },
+    /// Drop a live setting: the configuration's value comes back.
+    ConfigReset {
+        /// The key.
+        key: String,
+    },
+    /// Load the configuration again, as SIGHUP does, and answer whether it
+    /// worked (`ExecReload=tierctl reload` makes a failed reload fail
+    /// `systemctl reload`).
+    Reload,
 }
 
 fn default_top() -> usize {
@@ -464,6 +484,22 @@ pub struct TopEntry {
     pub coverage: u32,
     /// Pin, if any.
     pub pin: Option<Tier>,
+}
+
+/// One key of `tierctl config show`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setting {
+    /// The key (`migrate.bandwidth`).
+    pub key: String,
+    /// Its value in force, as the configuration writes it.
+    pub value: String,
+    /// The built-in default.
+    pub default: String,
+    /// Whether `tierctl config set` may change it.
+    pub live: bool,
+    /// Where the value in force comes from: `default`, `configuration`
+    /// (file, environment or flag) or `tierctl` (a live setting).
+    pub source: String,
 }
 
 /// Answer of pin, unpin, migrate and reserve.

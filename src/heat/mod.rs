@@ -93,6 +93,9 @@ impl HeatConfig {
 /// Per-extent heat of a whole volume.
 pub struct HeatMap {
     cfg: HeatConfig,
+    /// The sequential cutoff in force (bytes); starts at the
+    /// configuration's and may change live.
+    cutoff: AtomicU64,
     /// Requests since the last tick, per extent.
     hits: Box<[AtomicU32]>,
     /// Decayed score per extent, as f32 bits (written by `tick` only).
@@ -138,6 +141,7 @@ impl HeatMap {
         let atomics32 = |n: usize| (0..n).map(|_| AtomicU32::new(0)).collect::<Box<[_]>>();
         let atomics64 = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
         HeatMap {
+            cutoff: AtomicU64::new(cfg.sequential_cutoff.0),
             cfg,
             hits: atomics32(n),
             scores: atomics32(n),
@@ -157,14 +161,25 @@ impl HeatMap {
         }
     }
 
-    /// The configuration in force.
+    /// The configuration the map was made with (the sequential cutoff in
+    /// force is [`HeatMap::sequential_cutoff`]).
     pub fn config(&self) -> &HeatConfig {
         &self.cfg
     }
 
+    /// Bytes a stream must have run before its requests earn no heat.
+    pub fn sequential_cutoff(&self) -> u64 {
+        self.cutoff.load(Ordering::Relaxed)
+    }
+
+    /// Change the sequential cutoff live.
+    pub fn set_sequential_cutoff(&self, bytes: u64) {
+        self.cutoff.store(bytes, Ordering::Relaxed);
+    }
+
     /// Whether a request with this hint is part of a long sequential stream.
     pub fn is_sequential(&self, hint: IoHint) -> bool {
-        hint.seq_run > self.cfg.sequential_cutoff.0
+        hint.seq_run > self.cutoff.load(Ordering::Relaxed)
     }
 
     /// Record one request over `[offset, offset+len)` (already range-checked).

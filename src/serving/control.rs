@@ -239,15 +239,55 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                     ssd * es
                 ));
             }
-            live.migrator.set_reserve_extents(extents);
-            live.wake();
-            info!(bytes = extents * es, "reserve target set by the operator");
-            ack(
-                live,
-                format!("reserve target set to {} bytes", extents * es),
-            )
+            let Some(settings) = &live.settings else {
+                live.migrator.set_reserve_extents(extents);
+                live.wake();
+                return ack(
+                    live,
+                    format!("reserve target set to {} bytes (not saved)", extents * es),
+                );
+            };
+            match settings.set(live, "reserve", &(extents * es).to_string()) {
+                Ok(_) => ack(
+                    live,
+                    format!("reserve target set to {} bytes; saved", extents * es),
+                ),
+                Err(e) => Response::err(e),
+            }
         }
+        Request::ConfigShow => match &live.settings {
+            Some(s) => Response::ok(s.show()),
+            None => no_settings(),
+        },
+        Request::ConfigSet { key, value } => match &live.settings {
+            Some(s) => match s.set(live, &key, &value) {
+                Ok(done) => ack(live, done),
+                Err(e) => Response::err(e),
+            },
+            None => no_settings(),
+        },
+        Request::ConfigReset { key } => match &live.settings {
+            Some(s) => match s.reset(live, &key) {
+                Ok(done) => ack(live, done),
+                Err(e) => Response::err(e),
+            },
+            None => no_settings(),
+        },
+        Request::Reload => match &live.settings {
+            Some(s) => {
+                let r = super::service::reload(live, s);
+                match r {
+                    Ok(done) => ack(live, done),
+                    Err(e) => Response::err(e),
+                }
+            }
+            None => no_settings(),
+        },
     }
+}
+
+fn no_settings() -> Response {
+    Response::err("this daemon keeps no live settings")
 }
 
 fn ack(live: &Live, done: String) -> Response {

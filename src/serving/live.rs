@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::settings::Settings;
 use crate::control::{
     HealthStatus, LatencySummary, MigrationStatus, OpLatency, ReasonCount, ReserveStatus,
     ShadowStatus, Status, TierStatus, WorkingSetStatus, WriteLogStatus,
@@ -177,6 +178,9 @@ pub struct Live {
     samples: Mutex<VecDeque<Sample>>,
     /// Device errors counted so far and when that count last grew.
     errors: Mutex<(u64, Option<Instant>)>,
+    /// The configuration in force and the live settings, when the daemon
+    /// has them (`None` in tests that build a bare `Live`).
+    pub settings: Option<Arc<Settings>>,
 }
 
 impl Live {
@@ -197,7 +201,14 @@ impl Live {
             started: Instant::now(),
             samples: Mutex::new(VecDeque::new()),
             errors: Mutex::new((0, None)),
+            settings: None,
         }
+    }
+
+    /// With the daemon's settings (`tierctl config`, reload).
+    pub fn with_settings(mut self, settings: Arc<Settings>) -> Live {
+        self.settings = Some(settings);
+        self
     }
 
     /// Wake the migration thread (no-op when it is not running). Returns

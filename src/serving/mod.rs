@@ -11,6 +11,7 @@ pub mod control;
 pub mod live;
 pub mod metrics;
 pub mod service;
+pub mod settings;
 
 pub use adapter::VolumeExport;
 pub use live::{ConnectionProbe, Live};

@@ -15,7 +15,8 @@ use super::adapter::VolumeExport;
 use super::control;
 use super::live::{ConnectionProbe, Live, META_FLUSH_EVERY};
 use super::metrics;
-use crate::config::{reload_effect, Config, Reload};
+use super::settings::Settings;
+use crate::config::Config;
 use crate::device::{BlockDevice, FileDevice};
 use crate::migrate::Migrator;
 use crate::nbd::{RequestObserver, Server, ServerOptions, ServerTls, TlsFiles};
@@ -261,10 +262,7 @@ impl RequestObserver for NbdMetrics {
     }
 }
 
-/// See [`Hooks::reload`].
-pub type ReloadFn = Box<dyn Fn() -> std::result::Result<Config, String> + Send + Sync>;
-/// See [`Hooks::set_log_level`].
-pub type LogLevelFn = Box<dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync>;
+pub use super::settings::{LogLevelFn, ReloadFn};
 
 /// Serve `volume` over NBD on the configured endpoints until `shutdown`
 /// completes; then finish in-flight requests and flush the volume.
@@ -299,8 +297,31 @@ pub async fn run_with(
     };
     let server = Server::new(Arc::new(VolumeExport::new(volume.clone())), opts);
     let heat = volume.heat();
-    let migrator = Arc::new(Migrator::new(volume.clone(), heat.clone(), cfg.migrate));
-    let worker = if cfg.migrate.enabled {
+    // Live settings saved by `tierctl config set` win over the configuration.
+    let settings = Arc::new(Settings::new(
+        cfg.clone(),
+        Settings::saved(&volume),
+        hooks.reload,
+        hooks.set_log_level,
+    ));
+    let in_force = settings.config();
+    heat.set_sequential_cutoff(in_force.heat.sequential_cutoff.0);
+    let migrator = Arc::new(Migrator::new(
+        volume.clone(),
+        heat.clone(),
+        in_force.migrate,
+    ));
+    if settings.live_settings().contains_key("reserve") {
+        if let Some(bytes) = in_force.reserve {
+            let es = volume.geometry().extent_size;
+            migrator.set_reserve_extents(bytes.0.div_ceil(es));
+            info!(
+                bytes = bytes.0,
+                "reserve target from the saved live setting"
+            );
+        }
+    }
+    let worker = if in_force.migrate.enabled {
         Some(
             migrator
                 .spawn()
@@ -354,13 +375,10 @@ pub async fn run_with(
         let (server, rx) = (server.clone(), stop_rx.clone());
         tasks.spawn(async move { server.serve_unix(listener, stopped(rx)).await });
     }
-    let live = Arc::new(Live::new(
-        volume.clone(),
-        heat,
-        migrator.clone(),
-        worker,
-        probe,
-    ));
+    let live = Arc::new(
+        Live::new(volume.clone(), heat, migrator.clone(), worker, probe)
+            .with_settings(settings.clone()),
+    );
     // Side services: their end never stops the daemon.
     let mut side = tokio::task::JoinSet::new();
     if let Some(path) = cfg.control_path() {
@@ -445,7 +463,6 @@ pub async fn run_with(
             None
         }
     };
-    let mut applied = cfg.clone();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -459,7 +476,10 @@ pub async fn run_with(
                 break;
             }
             Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => None } } => {
-                reload(&hooks, &mut applied, &live);
+                let (l, st) = (live.clone(), settings.clone());
+                // Reloading walks no extent map, but may flush: off the
+                // async threads.
+                let _ = tokio::task::spawn_blocking(move || reload(&l, &st)).await;
             }
         }
     }
@@ -495,61 +515,25 @@ pub async fn run_with(
     Ok(())
 }
 
-/// SIGHUP: load the configuration again, apply what can change live and
-/// log what needs a restart.
-fn reload(hooks: &Hooks, applied: &mut Config, live: &Arc<Live>) {
-    let Some(load) = &hooks.reload else {
-        warn!("SIGHUP: this process cannot reload its configuration");
-        return;
-    };
-    let new = match load() {
-        Ok(c) => c,
+/// A reload (SIGHUP, `tierctl reload`): tell systemd it runs
+/// (`RELOADING=1` with the monotonic time `Type=notify-reload` wants), load
+/// the configuration again, apply what can change live, and say how it
+/// went in the status line (`READY=1`). `Err`: the old configuration stays.
+pub fn reload(live: &Live, settings: &Settings) -> std::result::Result<String, String> {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let usec = now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000;
+    sd_notify(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
+    let r = settings.reload(live);
+    match &r {
+        Ok(_) => sd_notify(&format!("READY=1\nSTATUS={}", status_line(&live.health()))),
         Err(e) => {
-            warn!("SIGHUP: configuration not reloaded, the old one stays in force: {e}");
-            return;
-        }
-    };
-    let diff = new.changed_keys(applied);
-    let mut changed = Vec::new();
-    if diff.iter().any(|k| k.starts_with("migrate.")) {
-        live.migrator.set_config(new.migrate);
-        if new.migrate.enabled && live.worker.lock().is_none() {
-            match live.migrator.spawn() {
-                Ok(h) => *live.worker.lock() = Some(h),
-                Err(e) => warn!("starting the migration thread: {e}"),
-            }
-        }
-        changed.push("migrate");
-    }
-    if diff.contains(&"log-level") {
-        match &hooks.set_log_level {
-            Some(set) => match set(&new.log_level) {
-                Ok(()) => changed.push("log-level"),
-                Err(e) => warn!("log-level not changed: {e}"),
-            },
-            None => warn!("log-level changed but cannot be applied live: restart tierd"),
+            warn!("reload failed: {e}");
+            sd_notify(&format!(
+                "READY=1\nSTATUS=serving; the last reload FAILED: {e}"
+            ));
         }
     }
-    let effect = |want: Reload| -> Vec<&str> {
-        diff.iter()
-            .copied()
-            .filter(|k| reload_effect(k) == want)
-            .collect()
-    };
-    let (restart, format_only) = (effect(Reload::Restart), effect(Reload::Format));
-    info!(applied = ?changed, "SIGHUP: configuration reloaded");
-    if !restart.is_empty() {
-        warn!(keys = ?restart, "SIGHUP: these changes take effect only after a restart (the [heat] half-life is fixed when the volume opens)");
-    }
-    if !format_only.is_empty() {
-        warn!(keys = ?format_only, "SIGHUP: these keys apply only when a volume is formatted; the running volume keeps its geometry (use `tierctl reserve set` for a live reserve target)");
-    }
-    // Keep the restart-only keys as they are in force, so they are reported
-    // again on the next reload until the restart.
-    applied.migrate = new.migrate;
-    if changed.contains(&"log-level") {
-        applied.log_level = new.log_level;
-    }
+    r
 }
 
 /// Flush metadata that clients left dirty (writes without a FLUSH), so a

@@ -56,6 +56,8 @@ const VOLUME_ID_KEY: &str = "volume-id";
 const GEOMETRY_KEY: &str = "geometry";
 const PINS_KEY: &str = "pins";
 const HEAT_KEY: &str = "heat";
+/// The live settings an operator made (`tierctl config set`).
+const SETTINGS_KEY: &str = "live-settings";
 /// "1" while the volume is closed cleanly; "0" from open until then. Shadows
 /// are trusted only after a clean close (see docs/design.md, "Second copies").
 const CLEAN_KEY: &str = "clean-shutdown";
@@ -316,6 +318,21 @@ impl Volume {
         self.meta_dirty
             .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// The operator's live settings as last saved (an opaque blob the
+    /// serving layer owns: `tierctl config set`), if any.
+    pub fn load_settings(&self) -> VolumeResult<Option<Vec<u8>>> {
+        Ok(self.store.get(SETTINGS_KEY)?)
+    }
+
+    /// Save the live settings durably. A full flush, data first: the store
+    /// never holds a mapping ahead of the data it points at.
+    pub fn save_settings(&self, raw: &[u8]) -> VolumeResult<()> {
+        self.store.put(SETTINGS_KEY, raw)?;
+        self.meta_dirty
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.flush()
     }
 
     /// Counts of mapped and free slots.

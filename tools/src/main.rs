@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use tierd::control::{
-    Ack, Explain, MigrateAction, PlacementMap, Request, Response, Status, TopEntry, TopOrder, Where,
+    Ack, Explain, MigrateAction, PlacementMap, Request, Response, Setting, Status, TopEntry,
+    TopOrder, Where,
 };
 use tierd::units::ByteSize;
 use tierd::volume::Tier;
@@ -96,6 +97,39 @@ enum Command {
     Reserve {
         #[command(subcommand)]
         what: ReserveCmd,
+    },
+    /// Show the configuration in force; change the keys that can change live.
+    Config {
+        #[command(subcommand)]
+        what: ConfigCmd,
+    },
+    /// Load the daemon's configuration again (as SIGHUP does) and say
+    /// whether it worked: exits non-zero when the old one stays in force.
+    Reload,
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Every key: value in force, default, whether it can change live, and
+    /// where the value comes from (default, configuration, tierctl).
+    Show {
+        /// Only the keys that can change live.
+        #[arg(long)]
+        live: bool,
+    },
+    /// Change a live key now; saved, it stays over the configuration file
+    /// across restarts until `config reset`.
+    Set {
+        /// The key (migrate.bandwidth, migrate.promote-margin,
+        /// heat.sequential-cutoff, reserve, log-level, ...).
+        key: String,
+        /// The value as the configuration writes it (64MiB, 0.5, 2s).
+        value: String,
+    },
+    /// Drop a live setting: the configuration's value comes back.
+    Reset {
+        /// The key.
+        key: String,
     },
 }
 
@@ -364,6 +398,55 @@ fn run() -> anyhow::Result<()> {
             let bytes = ByteSize::parse(size)?.0;
             ack(&cli, &Request::Reserve { bytes })
         }
+        Command::Config {
+            what: ConfigCmd::Show { live },
+        } => {
+            let (rows, resp): (Vec<Setting>, _) = request(&cli, &Request::ConfigShow)?;
+            if cli.json {
+                if *live {
+                    let rows: Vec<&Setting> = rows.iter().filter(|r| r.live).collect();
+                    say!("{}", serde_json::to_string_pretty(&rows)?);
+                    return Ok(());
+                }
+                return print_json(&resp);
+            }
+            say!(
+                "{:<28} {:<24} {:<14} {:<5} default",
+                "key",
+                "value",
+                "from",
+                "live"
+            );
+            for r in rows.iter().filter(|r| r.live || !*live) {
+                let value = if r.value.is_empty() { "-" } else { &r.value };
+                say!(
+                    "{:<28} {:<24} {:<14} {:<5} {}",
+                    r.key,
+                    value,
+                    r.source,
+                    if r.live { "yes" } else { "no" },
+                    if r.default.is_empty() {
+                        "-"
+                    } else {
+                        &r.default
+                    }
+                );
+            }
+            Ok(())
+        }
+        Command::Config {
+            what: ConfigCmd::Set { key, value },
+        } => ack(
+            &cli,
+            &Request::ConfigSet {
+                key: key.clone(),
+                value: value.clone(),
+            },
+        ),
+        Command::Config {
+            what: ConfigCmd::Reset { key },
+        } => ack(&cli, &Request::ConfigReset { key: key.clone() }),
+        Command::Reload => ack(&cli, &Request::Reload),
     }
 }
 

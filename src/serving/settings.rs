@@ -1,0 +1,342 @@
+//! The configuration of a running daemon and what may change in it: the
+//! configuration as loaded (defaults, file, `TIERD_*`, flags), the live
+//! settings an operator made with `tierctl config set` (kept in the
+//! metadata store, so they survive restarts, and winning over the
+//! configuration until `tierctl config reset`), and the reload that
+//! SIGHUP, `systemctl reload` and `tierctl reload` start.
+//!
+//! The keys that may change live are every `[migrate]` key, the heat
+//! map's `sequential-cutoff`, `log-level`, and `reserve`, which for a
+//! running volume is the target of SSD space kept free (the reserve fixed
+//! at format stays in the geometry).
+
+use std::collections::BTreeMap;
+
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+use super::live::Live;
+use crate::config::{default_of, reload_effect, Config, Reload};
+use crate::control::Setting;
+
+/// Load the configuration again; `Err` is a message.
+pub type ReloadFn = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
+/// Apply a log level; `Err` says why not.
+pub type LogLevelFn = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// Whether `key` may change while the daemon runs.
+pub fn is_live(key: &str) -> bool {
+    key.starts_with("migrate.") || matches!(key, "heat.sequential-cutoff" | "log-level" | "reserve")
+}
+
+struct State {
+    /// As loaded from defaults, file, environment and flags.
+    base: Config,
+    /// Live settings, persisted in the metadata store.
+    live: BTreeMap<String, String>,
+    /// `base` with `live` over it.
+    in_force: Config,
+}
+
+/// The configuration of a running daemon.
+pub struct Settings {
+    state: Mutex<State>,
+    reload: Option<ReloadFn>,
+    set_log_level: Option<LogLevelFn>,
+}
+
+impl Settings {
+    /// Settings over `base` with the live settings `saved` (from the
+    /// metadata store); a saved setting that no longer applies (not a live
+    /// key, or no longer valid) is dropped with a warning.
+    pub fn new(
+        base: Config,
+        saved: BTreeMap<String, String>,
+        reload: Option<ReloadFn>,
+        set_log_level: Option<LogLevelFn>,
+    ) -> Settings {
+        let mut live = BTreeMap::new();
+        let mut in_force = base.clone();
+        for (k, v) in saved {
+            if !is_live(&k) {
+                warn!(key = %k, "a saved live setting names a key that cannot change live; ignored");
+                continue;
+            }
+            match in_force.overridden(&[(k.clone(), v.clone())]) {
+                Ok(c) => {
+                    in_force = c;
+                    live.insert(k, v);
+                }
+                Err(e) => warn!(key = %k, "a saved live setting is no longer valid ({e}); ignored"),
+            }
+        }
+        if !live.is_empty() {
+            info!(settings = ?live, "live settings from `tierctl config set` are in force over the configuration (undo with `tierctl config reset KEY`)");
+        }
+        Settings {
+            state: Mutex::new(State {
+                base,
+                live,
+                in_force,
+            }),
+            reload,
+            set_log_level,
+        }
+    }
+
+    /// The saved live settings of a volume (empty when none or unreadable,
+    /// with a warning).
+    pub fn saved(vol: &crate::volume::Volume) -> BTreeMap<String, String> {
+        match vol.load_settings() {
+            Ok(None) => BTreeMap::new(),
+            Ok(Some(raw)) => serde_json::from_slice(&raw).unwrap_or_else(|e| {
+                warn!("the saved live settings do not parse ({e}); ignored");
+                BTreeMap::new()
+            }),
+            Err(e) => {
+                warn!("reading the saved live settings: {e}; ignored");
+                BTreeMap::new()
+            }
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Config {
+        self.state.lock().in_force.clone()
+    }
+
+    /// The live settings in force.
+    pub fn live_settings(&self) -> BTreeMap<String, String> {
+        self.state.lock().live.clone()
+    }
+
+    /// Every key with its value, default and source.
+    pub fn show(&self) -> Vec<Setting> {
+        let st = self.state.lock();
+        let defaults = Config::default().values();
+        st.in_force
+            .values()
+            .into_iter()
+            .map(|(k, v)| {
+                let default = default_of(k).unwrap_or_default();
+                let d = defaults.iter().find(|(dk, _)| *dk == k).map(|(_, d)| d);
+                let source = if st.live.contains_key(k) {
+                    "tierctl"
+                } else if d == Some(&v) {
+                    "default"
+                } else {
+                    "configuration"
+                };
+                Setting {
+                    key: k.to_string(),
+                    value: v,
+                    default,
+                    live: is_live(k),
+                    source: source.into(),
+                }
+            })
+            .collect()
+    }
+
+    /// Apply the changes from `old` to `new` to the running daemon; returns
+    /// the keys applied. `live_reserve` is the reserve setting to follow
+    /// (`None`: back to the geometry's).
+    fn apply(
+        &self,
+        live: &Live,
+        old: &Config,
+        new: &Config,
+        live_reserve: Option<&str>,
+    ) -> Result<Vec<&'static str>, String> {
+        let diff = new.changed_keys(old);
+        let mut applied = Vec::new();
+        if diff.iter().any(|k| k.starts_with("migrate.")) {
+            live.migrator.set_config(new.migrate);
+            if new.migrate.enabled && live.worker.lock().is_none() {
+                match live.migrator.spawn() {
+                    Ok(h) => *live.worker.lock() = Some(h),
+                    Err(e) => warn!("starting the migration thread: {e}"),
+                }
+            }
+            live.wake();
+            applied.extend(diff.iter().filter(|k| k.starts_with("migrate.")));
+        }
+        if diff.contains(&"heat.sequential-cutoff") {
+            live.heat
+                .set_sequential_cutoff(new.heat.sequential_cutoff.0);
+            applied.push("heat.sequential-cutoff");
+        }
+        if diff.contains(&"log-level") {
+            match self.set_log_level.as_ref().map(|set| set(&new.log_level)) {
+                Some(Ok(())) => applied.push("log-level"),
+                Some(Err(e)) => warn!("log-level not changed: {e}"),
+                None => warn!("log-level changed but cannot be applied live: restart tierd"),
+            }
+        }
+        let es = live.volume.geometry().extent_size;
+        let want = match live_reserve {
+            Some(_) => new.reserve.map(|b| b.0.div_ceil(es)),
+            None => Some(u64::from(live.volume.geometry().reserve_extents)),
+        };
+        if let Some(extents) = want {
+            let ssd = u64::from(live.volume.geometry().ssd_slots);
+            if extents > ssd {
+                return Err(format!(
+                    "reserve {} is more than the SSD's {} bytes of slots",
+                    extents * es,
+                    ssd * es
+                ));
+            }
+            if extents != live.migrator.reserve_extents() {
+                live.migrator.set_reserve_extents(extents);
+                live.wake();
+                applied.push("reserve");
+            }
+        }
+        Ok(applied)
+    }
+
+    /// Persist the live settings in the volume's metadata store.
+    fn persist(live: &Live, settings: &BTreeMap<String, String>) -> Result<(), String> {
+        let raw = serde_json::to_vec(settings).map_err(|e| e.to_string())?;
+        live.volume
+            .save_settings(&raw)
+            .map_err(|e| format!("saving the live settings: {e}"))
+    }
+
+    /// `tierctl config set KEY VALUE`: validate, apply, persist. Returns
+    /// what was done.
+    pub fn set(&self, live: &Live, key: &str, value: &str) -> Result<String, String> {
+        if !crate::config::is_key(key) {
+            return Err(format!(
+                "{key:?} is no configuration key (tierctl config show lists them)"
+            ));
+        }
+        if !is_live(key) {
+            let when = match reload_effect(key) {
+                Reload::Format => "it is fixed when a volume is formatted",
+                _ => "it takes effect only at a restart: put it in the configuration file",
+            };
+            return Err(format!("{key} cannot change live: {when}"));
+        }
+        if key == "log-level" && self.set_log_level.is_none() {
+            return Err("this process cannot change its log level live (RUST_LOG is set)".into());
+        }
+        let mut st = self.state.lock();
+        let mut settings = st.live.clone();
+        settings.insert(key.to_string(), value.to_string());
+        let pairs: Vec<(String, String)> = settings.clone().into_iter().collect();
+        let new = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
+        let old_value = value_of(&st.in_force, key);
+        let reserve = settings.get("reserve").map(String::as_str);
+        self.apply(live, &st.in_force, &new, reserve)?;
+        Self::persist(live, &settings)?;
+        st.live = settings;
+        st.in_force = new;
+        let now = value_of(&st.in_force, key);
+        info!(key, from = %old_value, to = %now, "live setting changed by the operator");
+        Ok(format!(
+            "{key} = {now} (was {old_value}); saved: it stays over the configuration until `tierctl config reset {key}`"
+        ))
+    }
+
+    /// `tierctl config reset KEY`: drop a live setting; the configuration's
+    /// value comes back.
+    pub fn reset(&self, live: &Live, key: &str) -> Result<String, String> {
+        let mut st = self.state.lock();
+        if !st.live.contains_key(key) {
+            return Err(format!(
+                "{key} has no live setting (tierctl config show: source tierctl)"
+            ));
+        }
+        let mut settings = st.live.clone();
+        settings.remove(key);
+        let pairs: Vec<(String, String)> = settings.clone().into_iter().collect();
+        let new = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
+        let reserve = settings.get("reserve").map(String::as_str);
+        self.apply(live, &st.in_force, &new, reserve)?;
+        Self::persist(live, &settings)?;
+        st.live = settings;
+        st.in_force = new;
+        let now = if key == "reserve" {
+            format!(
+                "the format-time {} bytes",
+                u64::from(live.volume.geometry().reserve_extents)
+                    * live.volume.geometry().extent_size
+            )
+        } else {
+            value_of(&st.in_force, key)
+        };
+        info!(key, to = %now, "live setting reset by the operator");
+        Ok(format!("{key} reset: {now} from the configuration"))
+    }
+
+    /// Load the configuration again (SIGHUP, `tierctl reload`) and apply
+    /// what can change live; live settings stay over it. `Err` (the old
+    /// configuration stays) says why.
+    pub fn reload(&self, live: &Live) -> Result<String, String> {
+        let Some(load) = &self.reload else {
+            return Err("this process cannot reload its configuration".into());
+        };
+        let base = load()
+            .map_err(|e| format!("configuration not reloaded, the old one stays in force: {e}"))?;
+        let mut st = self.state.lock();
+        let pairs: Vec<(String, String)> = st.live.clone().into_iter().collect();
+        let new = base.overridden(&pairs).map_err(|e| {
+            format!("the live settings do not fit the new configuration ({e}); the old one stays in force")
+        })?;
+        let diff = new.changed_keys(&st.in_force);
+        // Keys a live setting holds are not the file's to change.
+        let held: Vec<&str> = base
+            .changed_keys(&st.in_force)
+            .into_iter()
+            .filter(|k| st.live.contains_key(*k))
+            .collect();
+        // Only the keys that follow the file live change; the others stay
+        // as they are in force, so they are reported again on the next
+        // reload until the restart.
+        let mut next = st.in_force.clone();
+        next.migrate = new.migrate;
+        next.heat.sequential_cutoff = new.heat.sequential_cutoff;
+        next.log_level = new.log_level.clone();
+        let reserve = st.live.get("reserve").map(String::as_str);
+        let applied = self.apply(live, &st.in_force, &next, reserve)?;
+        let effect = |want: Reload| -> Vec<&str> {
+            diff.iter()
+                .copied()
+                .filter(|k| !follows_file(k) && reload_effect(k) == want)
+                .collect()
+        };
+        let (restart, format_only) = (effect(Reload::Restart), effect(Reload::Format));
+        st.base = base;
+        st.in_force = next;
+        let mut msg = format!("configuration reloaded; applied: {applied:?}");
+        info!(applied = ?applied, "configuration reloaded");
+        if !held.is_empty() {
+            warn!(keys = ?held, "reload: these keys have live settings, which stay in force (tierctl config reset KEY)");
+            msg.push_str(&format!("; held by live settings: {held:?}"));
+        }
+        if !restart.is_empty() {
+            warn!(keys = ?restart, "reload: these changes take effect only after a restart (the [heat] half-life is fixed when the volume opens)");
+            msg.push_str(&format!("; need a restart: {restart:?}"));
+        }
+        if !format_only.is_empty() {
+            warn!(keys = ?format_only, "reload: these keys apply only when a volume is formatted; the running volume keeps its geometry (use `tierctl config set reserve SIZE` for a live reserve target)");
+            msg.push_str(&format!("; apply only at format: {format_only:?}"));
+        }
+        Ok(msg)
+    }
+}
+
+/// Keys a reload takes from the file into the running daemon.
+fn follows_file(key: &str) -> bool {
+    key.starts_with("migrate.") || matches!(key, "heat.sequential-cutoff" | "log-level")
+}
+
+fn value_of(cfg: &Config, key: &str) -> String {
+    cfg.values()
+        .into_iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+        .unwrap_or_default()
+}
