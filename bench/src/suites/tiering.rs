@@ -245,6 +245,8 @@ impl Bench {
                 ("% of the hot set on SSD x100".into(), Vec::new()),
                 ("% of its top tenth on SSD x100".into(), Vec::new()),
             ],
+            x_names: Vec::new(),
+            below: Vec::new(),
         };
         for (t, iops, r, h) in &series {
             chart.series[0].1.push((*t, *iops));
