@@ -54,7 +54,10 @@ pub struct Point {
     pub errors: u64,
 }
 
-/// A chart: x values and one series per target.
+/// A chart: x values and one series per target. The series of one chart
+/// share its y axis, so they measure one quantity; a further quantity over
+/// the same x values goes into a [`Panel`] of `below` (drawn under the
+/// first panel, on the same x axis).
 #[derive(Debug, Clone, Serialize)]
 pub struct Chart {
     /// File-safe name.
@@ -67,6 +70,26 @@ pub struct Chart {
     pub y_label: String,
     /// Logarithmic x axis.
     pub log_x: bool,
+    /// (series name, points).
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    /// Names of x values, written on the x axis in place of a number
+    /// (fill-trim's point after the TRIM).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub x_names: Vec<(f64, String)>,
+    /// Panels stacked below the first (the fields above), sharing its x
+    /// axis: one per further quantity.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub below: Vec<Panel>,
+}
+
+/// A panel of a [`Chart`] below its first: one quantity, its own y axis.
+#[derive(Debug, Clone, Serialize)]
+pub struct Panel {
+    /// Y axis label, with the unit.
+    pub y_label: String,
+    /// The y axis runs at least up to this (100 for a percentage); `None`:
+    /// up to the data's maximum.
+    pub y_max: Option<f64>,
     /// (series name, points).
     pub series: Vec<(String, Vec<(f64, f64)>)>,
 }
@@ -355,6 +378,8 @@ impl Bench {
                 .iter()
                 .map(|t| (t.name().to_string(), Vec::new()))
                 .collect(),
+            x_names: Vec::new(),
+            below: Vec::new(),
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{point, push, Bench, Chart, Point, KIB, MIB};
+use super::{point, push, Bench, Chart, Panel, Point, KIB, MIB};
 use crate::target::{execute, Measurement, Run};
 use crate::workload::{Skew, Spec};
 use tierd::clock::Clock;
@@ -234,22 +234,30 @@ impl Bench {
                 t_region = Some(t);
             }
         }
+        // Two quantities, two panels on one time axis: the hybrid's IOPS
+        // above, the share of the new hot set on the SSD (0..100 %) below.
+        let on_ssd = Panel {
+            y_label: "new hot set on the SSD (%)".into(),
+            y_max: Some(100.0),
+            series: vec![
+                ("every extent".into(), Vec::new()),
+                ("its top tenth".into(), Vec::new()),
+            ],
+        };
         let mut chart = Chart {
             name: "shift".into(),
             title: "Hot-set shift: hybrid IOPS and share of the new hot set on the SSD".into(),
             x_label: "seconds after the shift".into(),
-            y_label: "IOPS / % on SSD x100".into(),
+            y_label: "hybrid IOPS".into(),
             log_x: false,
-            series: vec![
-                ("hybrid IOPS".into(), Vec::new()),
-                ("% of the hot set on SSD x100".into(), Vec::new()),
-                ("% of its top tenth on SSD x100".into(), Vec::new()),
-            ],
+            series: vec![("hybrid".into(), Vec::new())],
+            x_names: Vec::new(),
+            below: vec![on_ssd],
         };
         for (t, iops, r, h) in &series {
             chart.series[0].1.push((*t, *iops));
-            chart.series[1].1.push((*t, r * 100.0 * 100.0));
-            chart.series[2].1.push((*t, h * 100.0 * 100.0));
+            chart.below[0].series[0].1.push((*t, r * 100.0));
+            chart.below[0].series[1].1.push((*t, h * 100.0));
         }
         self.charts.push(chart);
         for (name, set, conv) in [("", &region, t_region), ("top-tenth-", &top, t_top)] {
@@ -366,6 +374,7 @@ impl Bench {
         for p in &pts {
             push(&mut chart, &p.target, 120.0, p.iops);
         }
+        chart.x_names.push((120.0, "after TRIM".into()));
         self.charts.push(chart);
     }
 
