@@ -27,8 +27,8 @@ section "Client tools"
 # Tools the integration tests run, and the Debian packages providing them
 # (rsvg-convert, of librsvg2-bin: bench/tests/charts_png.rs renders the
 # bench's charts to PNG).
-TOOLS=(nbdinfo nbdcopy nbdfuse qemu-img qemu-io fio nbdkit mkfs.ext4 e2fsck losetup fusermount3 mount umount sha256sum openssl rsvg-convert)
-PACKAGES=(libnbd-bin nbdkit qemu-utils fio fuse3 e2fsprogs util-linux mount coreutils openssl librsvg2-bin)
+TOOLS=(nbdinfo nbdcopy nbdfuse qemu-img qemu-io fio nbdkit mkfs.ext4 e2fsck losetup fusermount3 mount umount sha256sum openssl rsvg-convert man)
+PACKAGES=(libnbd-bin nbdkit qemu-utils fio fuse3 e2fsprogs util-linux mount coreutils openssl librsvg2-bin man-db)
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 missing=()
 for t in "${TOOLS[@]}"; do

@@ -41,6 +41,17 @@ enum Command {
     /// Benchmark the hybrid against a pure SSD and a pure HDD, on device
     /// models (virtual or real clock) or real devices.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Print the man page, or write one per command into a directory.
+    Man {
+        /// Write tierd.1, tierd-serve.1, ... here.
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: tierd_clidocs::Shell,
+    },
 }
 
 type LogHandle =
@@ -113,6 +124,27 @@ fn main() -> anyhow::Result<()> {
             let shutdown = rt.block_on(async { shutdown_signal() })?;
             rt.block_on(service::run_with(&cfg, volume, shutdown, hooks))
                 .context("serving the volume")?;
+            Ok(())
+        }
+        Command::Man { out } => {
+            use clap::CommandFactory;
+            let cmd = Cli::command();
+            match out {
+                Some(dir) => {
+                    for f in tierd_clidocs::man_pages(&cmd, &dir)
+                        .with_context(|| format!("writing man pages into {}", dir.display()))?
+                    {
+                        println!("{}", f.display());
+                    }
+                }
+                None => tierd_clidocs::man_page(&cmd, &mut std::io::stdout())
+                    .context("writing the man page")?,
+            }
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            tierd_clidocs::completions(&Cli::command(), shell, &mut std::io::stdout());
             Ok(())
         }
         Command::Bench(args) => {

@@ -106,6 +106,17 @@ enum Command {
     /// Load the daemon's configuration again (as SIGHUP does) and say
     /// whether it worked: exits non-zero when the old one stays in force.
     Reload,
+    /// Print the man page, or write one per command into a directory.
+    Man {
+        /// Write tierctl.1, tierctl-status.1, ... here.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: tierd_clidocs::Shell,
+    },
 }
 
 #[derive(Subcommand)]
@@ -222,6 +233,27 @@ fn main() {
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match &cli.command {
+        Command::Man { out } => {
+            use clap::CommandFactory;
+            let cmd = Cli::command();
+            match out {
+                Some(dir) => {
+                    for f in tierd_clidocs::man_pages(&cmd, dir)
+                        .with_context(|| format!("writing man pages into {}", dir.display()))?
+                    {
+                        say!("{}", f.display());
+                    }
+                }
+                None => tierd_clidocs::man_page(&cmd, &mut std::io::stdout())
+                    .context("writing the man page")?,
+            }
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            tierd_clidocs::completions(&Cli::command(), *shell, &mut std::io::stdout());
+            Ok(())
+        }
         Command::Device { path } => device::show(path, cli.json),
         Command::Status => {
             let (s, resp): (Status, _) = request(&cli, &Request::Status)?;
