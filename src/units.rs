@@ -121,6 +121,8 @@ pub enum Reason {
     Manual,
     /// Blocks written back from the SSD write log to their HDD extent.
     Writeback,
+    /// Moved off a tier the operator is draining (`tierctl evacuate`).
+    Evacuate,
 }
 
 impl Reason {
@@ -135,12 +137,13 @@ impl Reason {
             Reason::Pin => "pin",
             Reason::Manual => "manual",
             Reason::Writeback => "writeback",
+            Reason::Evacuate => "evacuate",
         }
     }
 }
 
 /// Reasons in counter order.
-pub const REASONS: [Reason; 8] = [
+pub const REASONS: [Reason; 9] = [
     Reason::Hot,
     Reason::Near,
     Reason::Cold,
@@ -149,6 +152,7 @@ pub const REASONS: [Reason; 8] = [
     Reason::Pin,
     Reason::Manual,
     Reason::Writeback,
+    Reason::Evacuate,
 ];
 
 /// Durations in the configuration: a number of seconds or a string with a

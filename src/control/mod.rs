@@ -89,6 +89,16 @@ pub enum Request {
         /// The key.
         key: String,
     },
+    /// Drain a tier online (`tier`), or stop draining (`tier` absent). With
+    /// `dry_run`, only say what would move and what would remain.
+    Evacuate {
+        /// The tier to drain; absent: cancel.
+        #[serde(default)]
+        tier: Option<Tier>,
+        /// Plan only.
+        #[serde(default)]
+        dry_run: bool,
+    },
     /// Load the configuration again, as SIGHUP does, and answer whether it
     /// worked (`ExecReload=tierctl reload` makes a failed reload fail
     /// `systemctl reload`).
@@ -358,6 +368,31 @@ pub struct Status {
     /// Ok or degraded, and why.
     #[serde(default)]
     pub health: HealthStatus,
+    /// The tier being drained, if any.
+    #[serde(default)]
+    pub evacuation: Option<EvacuationStatus>,
+}
+
+/// A tier being drained (or what draining it would do), in [`Status`] and
+/// as the answer of [`Request::Evacuate`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EvacuationStatus {
+    /// The tier drained.
+    pub tier: Tier,
+    /// Extents' worth on it when draining started (or now, for a plan):
+    /// mapped extents, and the write log's segments (SSD) or shadows (HDD).
+    pub started_extents: u64,
+    /// What still occupies it.
+    pub remaining_extents: u64,
+    /// Of that, mapped extents the other tier has no free slot for: they
+    /// stay unless room appears.
+    pub would_remain_extents: u64,
+    /// Extent size, to turn extents into bytes.
+    pub extent_size: u64,
+    /// Draining is in force (false for a plan or after a cancel).
+    pub active: bool,
+    /// Nothing more can move: everything left is what would remain.
+    pub done: bool,
 }
 
 /// The SSD write log: where writes to HDD extents land.

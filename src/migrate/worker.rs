@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, error, warn};
 
 use super::bucket::TokenBucket;
-use super::policy::{candidates, plan, PlanInput, PolicyConfig, NOT_NEGATIVE};
+use super::policy::{candidates, effective, plan, PlanInput, PolicyConfig, NOT_NEGATIVE};
 use crate::device::IoClass;
 use crate::heat::HeatMap;
 use crate::units::ByteSize;
@@ -387,6 +387,15 @@ impl Migrator {
                 Err(e) => warn!("dropping shadows: {e}"),
             }
         }
+        if let Some(from) = vol.evacuating() {
+            // Draining a tier replaces the policy: everything on it moves
+            // to the other tier as room allows.
+            self.evacuate(from, &cfg, &mut report);
+            if !self.paused() {
+                self.write_back(&cfg, write_rate, &mut report);
+            }
+            return report;
+        }
         let input = PlanInput {
             candidates: candidates(vol, &self.heat),
             // The write log's segments are not free: random writes can fill
@@ -493,6 +502,77 @@ impl Migrator {
         report
     }
 
+    /// One round of draining `from` (`tierctl evacuate`): its shadows go
+    /// first when it is the HDD (copies on the tier being emptied); then its
+    /// extents move to the other tier, up to `max-moves` and the room
+    /// there, coldest first off the SSD (the hot data stays fast longest)
+    /// and hottest first off the HDD (the SSD's room goes to it). Paced by
+    /// the bandwidth budget and yielding to the foreground like any move.
+    fn evacuate(&self, from: Tier, cfg: &MigrateConfig, report: &mut RoundReport) {
+        let vol = &self.vol;
+        let to = match from {
+            Tier::Ssd => Tier::Hdd,
+            Tier::Hdd => Tier::Ssd,
+        };
+        if from == Tier::Hdd {
+            let n = vol.usage().shadows as usize;
+            if n > 0 {
+                match vol.drop_shadows(n, None) {
+                    Ok(d) => report.shadows_dropped += d,
+                    Err(e) => warn!("dropping shadows off the drained HDD: {e}"),
+                }
+            }
+        }
+        let bpe = vol.geometry().blocks_per_extent();
+        let mut on: Vec<(u64, f32)> = candidates(vol, &self.heat)
+            .into_iter()
+            .filter(|c| c.tier == from)
+            .map(|c| (c.extent, effective(&cfg.policy, &c, bpe)))
+            .collect();
+        on.sort_by(|a, b| match from {
+            Tier::Ssd => a.1.total_cmp(&b.1),
+            Tier::Hdd => b.1.total_cmp(&a.1),
+        });
+        let room = vol.free_slots(to) as usize;
+        let n = on.len().min(room).min(cfg.policy.max_moves.max(1));
+        report.planned = n;
+        report.truncated = n > 0 && on.len() > n;
+        let p = &self.progress;
+        p.planned.fetch_add(n as u64, Ordering::Relaxed);
+        p.last_planned.store(n as u64, Ordering::Relaxed);
+        p.queued.store(n as u64, Ordering::Relaxed);
+        p.more_waiting.store(report.truncated, Ordering::Relaxed);
+        for chunk in on[..n].chunks(cfg.batch.max(1)) {
+            if self.paused() {
+                break;
+            }
+            self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
+            let batch: Vec<(u64, Reason)> =
+                chunk.iter().map(|(e, _)| (*e, Reason::Evacuate)).collect();
+            let mut pace = |n: u64| self.pace(&self.bucket, n);
+            let result = super::copy::migrate_batch(vol, &batch, to, &mut pace);
+            p.queued.fetch_sub(batch.len() as u64, Ordering::Relaxed);
+            match result {
+                Ok(outcomes) => {
+                    for (_, o) in outcomes {
+                        match o {
+                            MoveOutcome::Moved(bytes) => {
+                                report.moved += 1;
+                                report.bytes += bytes;
+                            }
+                            MoveOutcome::Raced => report.raced += 1,
+                            _ => report.skipped += 1,
+                        }
+                    }
+                }
+                Err(e) => {
+                    report.errors += batch.len();
+                    warn!(extents = batch.len(), %to, "evacuation move failed, extents left in place: {e}");
+                }
+            }
+        }
+    }
+
     /// Pre-cleaning: while the foreground is idle and nothing else moved
     /// this round, give the coldest SSD extents that have no HDD copy one
     /// (a clean shadow), one batch per round, paced by the migration
@@ -540,7 +620,8 @@ impl Migrator {
         if usage.used == 0 {
             return;
         }
-        let urgent = usage.segments * 2 > usage.cap;
+        // Draining the SSD empties the log as fast as the budget allows.
+        let urgent = usage.segments * 2 > usage.cap || vol.evacuating() == Some(Tier::Ssd);
         let idle = vol.inflight() == 0 && write_rate < 1.0;
         if !urgent && !idle {
             return;

@@ -273,6 +273,21 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
             },
             None => no_settings(),
         },
+        Request::Evacuate { tier, dry_run } => {
+            if dry_run {
+                return match tier {
+                    Some(t) => Response::ok(super::settings::evacuation_plan(live, t)),
+                    None => Response::err("a plan needs a tier: ssd or hdd"),
+                };
+            }
+            match &live.settings {
+                Some(s) => match s.evacuate(live, tier) {
+                    Ok(done) => ack(live, done),
+                    Err(e) => Response::err(e),
+                },
+                None => no_settings(),
+            }
+        }
         Request::Reload => match &live.settings {
             Some(s) => {
                 let r = super::service::reload(live, s);

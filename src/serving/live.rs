@@ -480,6 +480,7 @@ impl Live {
             precleaned: Stats::get(&s.precleaned),
         };
         Status {
+            evacuation: self.settings.as_ref().and_then(|st| st.evacuation(self)),
             working_set: self.working_set(),
             health: self.health(),
             write_log,

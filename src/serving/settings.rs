@@ -13,11 +13,13 @@
 use std::collections::BTreeMap;
 
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::live::Live;
 use crate::config::{default_of, reload_effect, Config, Reload};
-use crate::control::Setting;
+use crate::control::{EvacuationStatus, Setting};
+use crate::volume::Tier;
 
 /// Load the configuration again; `Err` is a message.
 pub type ReloadFn = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
@@ -29,7 +31,21 @@ pub fn is_live(key: &str) -> bool {
     key.starts_with("migrate.") || matches!(key, "heat.sequential-cutoff" | "log-level" | "reserve")
 }
 
+/// What the daemon keeps in the metadata store for the operator: the live
+/// settings and the tier being drained.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Saved {
+    /// `tierctl config set` values.
+    #[serde(default)]
+    pub settings: BTreeMap<String, String>,
+    /// `tierctl evacuate` in force.
+    #[serde(default)]
+    pub evacuate: Option<Tier>,
+}
+
 struct State {
+    /// The tier being drained and what occupied it when draining started.
+    evacuate: Option<(Tier, u64)>,
     /// As loaded from defaults, file, environment and flags.
     base: Config,
     /// Live settings, persisted in the metadata store.
@@ -51,13 +67,13 @@ impl Settings {
     /// key, or no longer valid) is dropped with a warning.
     pub fn new(
         base: Config,
-        saved: BTreeMap<String, String>,
+        saved: Saved,
         reload: Option<ReloadFn>,
         set_log_level: Option<LogLevelFn>,
     ) -> Settings {
         let mut live = BTreeMap::new();
         let mut in_force = base.clone();
-        for (k, v) in saved {
+        for (k, v) in saved.settings {
             if !is_live(&k) {
                 warn!(key = %k, "a saved live setting names a key that cannot change live; ignored");
                 continue;
@@ -75,6 +91,7 @@ impl Settings {
         }
         Settings {
             state: Mutex::new(State {
+                evacuate: saved.evacuate.map(|t| (t, 0)),
                 base,
                 live,
                 in_force,
@@ -86,18 +103,60 @@ impl Settings {
 
     /// The saved live settings of a volume (empty when none or unreadable,
     /// with a warning).
-    pub fn saved(vol: &crate::volume::Volume) -> BTreeMap<String, String> {
+    pub fn saved(vol: &crate::volume::Volume) -> Saved {
         match vol.load_settings() {
-            Ok(None) => BTreeMap::new(),
+            Ok(None) => Saved::default(),
             Ok(Some(raw)) => serde_json::from_slice(&raw).unwrap_or_else(|e| {
                 warn!("the saved live settings do not parse ({e}); ignored");
-                BTreeMap::new()
+                Saved::default()
             }),
             Err(e) => {
                 warn!("reading the saved live settings: {e}; ignored");
-                BTreeMap::new()
+                Saved::default()
             }
         }
+    }
+
+    /// The tier being drained, if any.
+    pub fn evacuating(&self) -> Option<Tier> {
+        self.state.lock().evacuate.map(|e| e.0)
+    }
+
+    /// Drain `tier` (`None`: stop draining), saved so a restart keeps it.
+    pub fn evacuate(&self, live: &Live, tier: Option<Tier>) -> Result<String, String> {
+        let mut st = self.state.lock();
+        if st.evacuate.map(|e| e.0) == tier {
+            return Err(match tier {
+                Some(t) => {
+                    format!("the {t} is being drained already (tierctl status shows how far)")
+                }
+                None => "no tier is being drained".into(),
+            });
+        }
+        Self::persist(live, &st.live, tier)?;
+        let vol = &live.volume;
+        vol.set_evacuating(tier);
+        st.evacuate = tier.map(|t| (t, vol.occupying(t)));
+        live.wake();
+        Ok(match tier {
+            Some(t) => {
+                info!(tier = %t, "draining started by the operator");
+                format!("draining the {t}: new data goes to the other tier, and the migrator moves what is there")
+            }
+            None => {
+                info!("draining cancelled by the operator");
+                "draining cancelled: placement follows the policy again".into()
+            }
+        })
+    }
+
+    /// How draining stands (`None`: no tier is drained).
+    pub fn evacuation(&self, live: &Live) -> Option<EvacuationStatus> {
+        let (tier, started) = self.state.lock().evacuate?;
+        let mut e = evacuation_plan(live, tier);
+        e.started_extents = started.max(e.remaining_extents);
+        e.active = true;
+        Some(e)
     }
 
     /// The configuration in force.
@@ -196,9 +255,18 @@ impl Settings {
         Ok(applied)
     }
 
-    /// Persist the live settings in the volume's metadata store.
-    fn persist(live: &Live, settings: &BTreeMap<String, String>) -> Result<(), String> {
-        let raw = serde_json::to_vec(settings).map_err(|e| e.to_string())?;
+    /// Persist the live settings and the drained tier in the volume's
+    /// metadata store.
+    fn persist(
+        live: &Live,
+        settings: &BTreeMap<String, String>,
+        evacuate: Option<Tier>,
+    ) -> Result<(), String> {
+        let saved = Saved {
+            settings: settings.clone(),
+            evacuate,
+        };
+        let raw = serde_json::to_vec(&saved).map_err(|e| e.to_string())?;
         live.volume
             .save_settings(&raw)
             .map_err(|e| format!("saving the live settings: {e}"))
@@ -230,7 +298,7 @@ impl Settings {
         let old_value = value_of(&st.in_force, key);
         let reserve = settings.get("reserve").map(String::as_str);
         self.apply(live, &st.in_force, &new, reserve)?;
-        Self::persist(live, &settings)?;
+        Self::persist(live, &settings, st.evacuate.map(|e| e.0))?;
         st.live = settings;
         st.in_force = new;
         let now = value_of(&st.in_force, key);
@@ -255,7 +323,7 @@ impl Settings {
         let new = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
         let reserve = settings.get("reserve").map(String::as_str);
         self.apply(live, &st.in_force, &new, reserve)?;
-        Self::persist(live, &settings)?;
+        Self::persist(live, &settings, st.evacuate.map(|e| e.0))?;
         st.live = settings;
         st.in_force = new;
         let now = if key == "reserve" {
@@ -325,6 +393,30 @@ impl Settings {
             msg.push_str(&format!("; apply only at format: {format_only:?}"));
         }
         Ok(msg)
+    }
+}
+
+/// What draining `tier` would move and leave, now.
+pub fn evacuation_plan(live: &Live, tier: Tier) -> EvacuationStatus {
+    let vol = &live.volume;
+    let other = match tier {
+        Tier::Ssd => Tier::Hdd,
+        Tier::Hdd => Tier::Ssd,
+    };
+    let u = vol.usage();
+    let mapped = u.mapped[tier.index()];
+    let remaining = vol.occupying(tier);
+    // Log segments drain into existing HDD extents and shadows are
+    // dropped: only mapped extents need a free slot on the other side.
+    let would_remain = mapped.saturating_sub(u64::from(vol.free_slots(other)));
+    EvacuationStatus {
+        tier,
+        started_extents: remaining,
+        remaining_extents: remaining,
+        would_remain_extents: would_remain,
+        extent_size: vol.geometry().extent_size,
+        active: false,
+        done: remaining <= would_remain,
     }
 }
 

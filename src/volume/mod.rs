@@ -123,6 +123,10 @@ pub struct Volume {
     log_enabled: AtomicBool,
     /// Promotions may keep their HDD slot as a shadow.
     shadows_enabled: AtomicBool,
+    /// The tier an operator is draining (0 none, 1 SSD, 2 HDD): new data
+    /// goes to the other tier first, and an SSD being drained takes no
+    /// writes into the write log.
+    evacuating: std::sync::atomic::AtomicU8,
     /// Some SSD extent may have a clean shadow (cleared when a search found
     /// none, set when a shadow is made): spares writes a fruitless search.
     clean_shadows: AtomicBool,
@@ -217,6 +221,40 @@ impl Volume {
     pub fn hdd_read_latency(&self) -> Option<std::time::Duration> {
         self.hdd_latency
             .get(self.clock.now(), std::time::Duration::from_secs(1))
+    }
+
+    /// Drain `tier` (or stop draining): new extents go to the other tier
+    /// while it has room, and with the SSD drained writes to HDD extents no
+    /// longer land in the write log. Moving what is there is the
+    /// migrator's job.
+    pub fn set_evacuating(&self, tier: Option<Tier>) {
+        let v = match tier {
+            None => 0,
+            Some(Tier::Ssd) => 1,
+            Some(Tier::Hdd) => 2,
+        };
+        self.evacuating
+            .store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The tier being drained, if any.
+    pub fn evacuating(&self) -> Option<Tier> {
+        match self.evacuating.load(std::sync::atomic::Ordering::Relaxed) {
+            1 => Some(Tier::Ssd),
+            2 => Some(Tier::Hdd),
+            _ => None,
+        }
+    }
+
+    /// What still occupies `tier`, in extents: its mapped extents, and the
+    /// write log's segments (SSD) or the shadows (HDD).
+    pub fn occupying(&self, tier: Tier) -> u64 {
+        let u = self.usage();
+        u.mapped[tier.index()]
+            + match tier {
+                Tier::Ssd => u64::from(u.log.segments),
+                Tier::Hdd => u.shadows,
+            }
     }
 
     /// Turn the SSD write log on or off for new writes (what it holds stays

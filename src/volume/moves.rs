@@ -374,7 +374,9 @@ impl Volume {
         // more free slots than the reserve (the room demotions need).
         let spare = u64::from(self.geo.reserve_extents.max(1));
         let mut hdd_free = u64::from(self.alloc.free_count(Tier::Hdd));
-        let shadows = self.shadows_enabled.load(Ordering::Relaxed);
+        // A drained HDD keeps no copies.
+        let shadows =
+            self.shadows_enabled.load(Ordering::Relaxed) && self.evacuating() != Some(Tier::Hdd);
         let mut ready = Vec::with_capacity(items.len());
         for (mut it, need) in items {
             if need.is_some() {

@@ -346,6 +346,7 @@ impl Volume {
             log,
             log_enabled: AtomicBool::new(opts.write_log),
             shadows_enabled: AtomicBool::new(opts.shadows),
+            evacuating: std::sync::atomic::AtomicU8::new(0),
             clean_shadows: AtomicBool::new(true),
             no_idle_clean: std::sync::atomic::AtomicU64::new(u64::MAX),
             // A previous process may have left writes in the OS cache that

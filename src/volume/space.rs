@@ -24,8 +24,8 @@ impl Volume {
     /// waiting for a flush are freed by one, and then shadows are dropped:
     /// their slots belong to the capacity, never lost to it.
     pub(crate) fn allocate(&self, extent: u64) -> VolumeResult<Loc> {
-        let order = match self.pin_of(extent) {
-            Some(Tier::Hdd) => [Tier::Hdd, Tier::Ssd],
+        let order = match (self.evacuating(), self.pin_of(extent)) {
+            (Some(Tier::Ssd), _) | (None, Some(Tier::Hdd)) => [Tier::Hdd, Tier::Ssd],
             _ => [Tier::Ssd, Tier::Hdd],
         };
         if order[0] == Tier::Ssd

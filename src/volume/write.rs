@@ -66,6 +66,7 @@ impl Volume {
     fn log_way(&self, extent: u64, m: &Mapping, hint: IoHint) -> LogWay {
         if m.loc.tier != Tier::Hdd
             || !self.log_enabled.load(Ordering::Relaxed)
+            || self.evacuating() == Some(Tier::Ssd)
             || self.heat.is_sequential(hint)
             || self.pin_of(extent) == Some(Tier::Hdd)
         {

@@ -5,6 +5,7 @@
 
 mod client;
 mod device;
+mod evacuate;
 mod map;
 mod out;
 mod status;
@@ -24,7 +25,7 @@ use out::{human, paint, say};
 
 #[derive(Parser)]
 #[command(name = "tierctl", version, about = "Inspect and steer tierd")]
-struct Cli {
+pub struct Cli {
     /// The daemon's control socket. Default: the first that answers of
     /// $TIERD_CONTROL, /run/tierd/control.sock and tierd-data/control.sock.
     #[arg(long, global = true, value_name = "PATH")]
@@ -103,6 +104,22 @@ enum Command {
         #[command(subcommand)]
         what: ConfigCmd,
     },
+    /// Drain a tier online as far as the other tier has room (it says first
+    /// what would remain), following it with a progress bar.
+    Evacuate {
+        /// The tier to drain.
+        #[arg(value_enum, required_unless_present = "cancel")]
+        tier: Option<TierArg>,
+        /// Stop draining: placement follows the policy again.
+        #[arg(long, conflicts_with_all = ["tier", "dry_run", "no_wait"])]
+        cancel: bool,
+        /// Only say what would move and what would remain.
+        #[arg(long)]
+        dry_run: bool,
+        /// Start draining and return without following it.
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Load the daemon's configuration again (as SIGHUP does) and say
     /// whether it worked: exits non-zero when the old one stays in force.
     Reload,
@@ -159,6 +176,15 @@ enum TierArg {
     Hdd,
 }
 
+impl From<TierArg> for Tier {
+    fn from(t: TierArg) -> Tier {
+        match t {
+            TierArg::Ssd => Tier::Ssd,
+            TierArg::Hdd => Tier::Hdd,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum ActionArg {
     Pause,
@@ -192,7 +218,7 @@ fn parse_range(s: &str, open_end: bool) -> anyhow::Result<(u64, Option<u64>)> {
 }
 
 /// Send a request; on `ok`, decode the result as `T`.
-fn request<T: serde::de::DeserializeOwned>(
+pub fn request<T: serde::de::DeserializeOwned>(
     cli: &Cli,
     req: &Request,
 ) -> anyhow::Result<(T, Response)> {
@@ -215,7 +241,7 @@ fn request<T: serde::de::DeserializeOwned>(
     Ok((t, resp))
 }
 
-fn print_json(resp: &Response) -> anyhow::Result<()> {
+pub fn print_json(resp: &Response) -> anyhow::Result<()> {
     say!(
         "{}",
         serde_json::to_string_pretty(resp.result.as_ref().unwrap_or(&serde_json::Value::Null))?
@@ -395,10 +421,7 @@ fn run() -> anyhow::Result<()> {
         }
         Command::Pin { range, tier } => {
             let (offset, len) = parse_range(range, false)?;
-            let tier = match tier {
-                TierArg::Ssd => Tier::Ssd,
-                TierArg::Hdd => Tier::Hdd,
-            };
+            let tier = Tier::from(*tier);
             let req = Request::Pin {
                 offset,
                 len: len.unwrap_or(0),
@@ -479,10 +502,16 @@ fn run() -> anyhow::Result<()> {
             what: ConfigCmd::Reset { key },
         } => ack(&cli, &Request::ConfigReset { key: key.clone() }),
         Command::Reload => ack(&cli, &Request::Reload),
+        Command::Evacuate {
+            tier,
+            cancel,
+            dry_run,
+            no_wait,
+        } => evacuate::run(&cli, tier.map(Tier::from), *cancel, *dry_run, *no_wait),
     }
 }
 
-fn ack(cli: &Cli, req: &Request) -> anyhow::Result<()> {
+pub fn ack(cli: &Cli, req: &Request) -> anyhow::Result<()> {
     let (a, resp): (Ack, _) = request(cli, req)?;
     if cli.json {
         return print_json(&resp);

@@ -146,6 +146,26 @@ pub fn print(s: &Status) {
         if p.backing_off { " (waiting now)" } else { "" },
         p.throttle_secs
     );
+    if let Some(e) = &s.evacuation {
+        say!(
+            "DRAINING the {}: {} of {} left{}; new data goes to the other tier (tierctl evacuate --cancel ends it)",
+            e.tier,
+            human(e.remaining_extents * e.extent_size),
+            human(e.started_extents * e.extent_size),
+            if e.done {
+                if e.would_remain_extents > 0 {
+                    format!(
+                        ", done as far as room allows ({} stay)",
+                        human(e.would_remain_extents * e.extent_size)
+                    )
+                } else {
+                    ", done: empty".to_string()
+                }
+            } else {
+                String::new()
+            }
+        );
+    }
     let ws = &s.working_set;
     say!(
         "working set: {} hot ({} of it on the SSD), {} touched recently; the SSD holds {} beside the reserve: {}",

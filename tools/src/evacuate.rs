@@ -1,0 +1,172 @@
+//! `tierctl evacuate ssd|hdd`: say what draining the tier would move and
+//! leave, start it, and follow it with a progress bar until nothing more
+//! can move; `--cancel` ends draining.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use tierd::control::{EvacuationStatus, Request, Status};
+use tierd::volume::Tier;
+
+use crate::out::{human, say};
+use crate::{ack, request, Cli};
+
+/// How long without progress before the watch gives up.
+const STALL: Duration = Duration::from_secs(60);
+
+fn other(t: Tier) -> Tier {
+    match t {
+        Tier::Ssd => Tier::Hdd,
+        Tier::Hdd => Tier::Ssd,
+    }
+}
+
+/// The plan in words.
+fn describe(p: &EvacuationStatus) -> String {
+    let es = p.extent_size;
+    let movable = p.remaining_extents - p.would_remain_extents;
+    let mut s = format!(
+        "the {} holds {} extents' worth ({}); {} can move to the {}",
+        p.tier,
+        p.remaining_extents,
+        human(p.remaining_extents * es),
+        human(movable * es),
+        other(p.tier)
+    );
+    if p.would_remain_extents > 0 {
+        s.push_str(&format!(
+            "; {} extents ({}) would REMAIN: the {} has no free slot for them",
+            p.would_remain_extents,
+            human(p.would_remain_extents * es),
+            other(p.tier)
+        ));
+    } else {
+        s.push_str(": nothing would remain");
+    }
+    s
+}
+
+/// Run the command.
+pub fn run(
+    cli: &Cli,
+    tier: Option<Tier>,
+    cancel: bool,
+    dry_run: bool,
+    no_wait: bool,
+) -> anyhow::Result<()> {
+    if cancel {
+        return ack(
+            cli,
+            &Request::Evacuate {
+                tier: None,
+                dry_run: false,
+            },
+        );
+    }
+    let Some(tier) = tier else {
+        bail!("say which tier: tierctl evacuate ssd, tierctl evacuate hdd, or --cancel");
+    };
+    let (plan, resp): (EvacuationStatus, _) = request(
+        cli,
+        &Request::Evacuate {
+            tier: Some(tier),
+            dry_run: true,
+        },
+    )?;
+    if dry_run {
+        if cli.json {
+            return crate::print_json(&resp);
+        }
+        say!("{}", describe(&plan));
+        return Ok(());
+    }
+    if !cli.json {
+        say!("{}", describe(&plan));
+    }
+    ack(
+        cli,
+        &Request::Evacuate {
+            tier: Some(tier),
+            dry_run: false,
+        },
+    )?;
+    if cli.json || no_wait {
+        return Ok(());
+    }
+    say!("(Ctrl-C stops watching; draining goes on until `tierctl evacuate --cancel`)");
+    watch(cli)
+}
+
+/// Follow draining until done or stalled.
+fn watch(cli: &Cli) -> anyhow::Result<()> {
+    let tty = std::io::stderr().is_terminal();
+    let mut last = (u64::MAX, Instant::now());
+    let mut last_line = Instant::now() - Duration::from_secs(60);
+    loop {
+        let (st, _): (Status, _) = request(cli, &Request::Status)?;
+        let Some(e) = st.evacuation else {
+            say!("draining was cancelled");
+            return Ok(());
+        };
+        let total = e.started_extents.max(1);
+        let moved = e.started_extents.saturating_sub(e.remaining_extents);
+        let frac = moved as f64 / total as f64;
+        let width = 30;
+        let filled = ((frac * width as f64).round() as usize).min(width);
+        let line = format!(
+            "[{}{}] {:>3.0} %  {} of {} moved, {} left on the {} ({}/s)",
+            "#".repeat(filled),
+            ".".repeat(width - filled),
+            frac * 100.0,
+            human(moved * e.extent_size),
+            human(e.started_extents * e.extent_size),
+            human(e.remaining_extents * e.extent_size),
+            e.tier,
+            human(match e.tier {
+                Tier::Ssd => st.migration.demote_rate + st.write_log.write_back_rate,
+                Tier::Hdd => st.migration.promote_rate,
+            } as u64)
+        );
+        if tty {
+            eprint!("\r{line}\x1b[K");
+        } else if last_line.elapsed() >= Duration::from_secs(5) || e.done {
+            eprintln!("{line}");
+            last_line = Instant::now();
+        }
+        if e.done {
+            if tty {
+                eprintln!();
+            }
+            if e.would_remain_extents > 0 {
+                say!(
+                    "drained as far as room allows: {} extents ({}) remain on the {}",
+                    e.would_remain_extents,
+                    human(e.would_remain_extents * e.extent_size),
+                    e.tier
+                );
+            } else {
+                say!(
+                    "the {} is empty; new data goes to the {} until `tierctl evacuate --cancel`",
+                    e.tier,
+                    other(e.tier)
+                );
+            }
+            return Ok(());
+        }
+        if e.remaining_extents < last.0 {
+            last = (e.remaining_extents, Instant::now());
+        } else if last.1.elapsed() > STALL {
+            if tty {
+                eprintln!();
+            }
+            bail!(
+                "no progress for {} s with {} extents left on the {} (is migration paused? tierctl status says); draining goes on",
+                STALL.as_secs(),
+                e.remaining_extents,
+                e.tier
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
