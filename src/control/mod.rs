@@ -99,6 +99,14 @@ pub enum Request {
         #[serde(default)]
         dry_run: bool,
     },
+    /// Put a new device in place of the drained SSD, online.
+    ReplaceSsd {
+        /// The new device or image file.
+        path: std::path::PathBuf,
+        /// Overwrite a device that carries something.
+        #[serde(default)]
+        force: bool,
+    },
     /// Load the configuration again, as SIGHUP does, and answer whether it
     /// worked (`ExecReload=tierctl reload` makes a failed reload fail
     /// `systemctl reload`).

@@ -262,6 +262,12 @@ impl MeteredDevice {
         }
     }
 
+    /// Time `inner`'s operations into `meter` (a replacement device keeps
+    /// counting where the one it replaces stopped).
+    pub fn with_meter(inner: Arc<dyn BlockDevice>, meter: Arc<IoMeter>) -> MeteredDevice {
+        MeteredDevice { inner, meter }
+    }
+
     /// The meter.
     pub fn meter(&self) -> Arc<IoMeter> {
         self.meter.clone()

@@ -288,6 +288,16 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                 None => no_settings(),
             }
         }
+        Request::ReplaceSsd { path, force } => {
+            let cfg = match &live.settings {
+                Some(s) => s.config(),
+                None => return no_settings(),
+            };
+            match super::service::replace_ssd(live, &cfg, &path, force) {
+                Ok(done) => ack(live, done),
+                Err(e) => Response::err(e),
+            }
+        }
         Request::Reload => match &live.settings {
             Some(s) => {
                 let r = super::service::reload(live, s);

@@ -91,32 +91,56 @@ pub fn open_devices(cfg: &Config) -> Result<Devices> {
     if same_file(&ssd, &hdd) {
         return Err(VolumeError::SameDevice(ssd.display().to_string()).into());
     }
-    let open = |p: &Path, model: &Option<String>| -> Result<Arc<dyn BlockDevice>> {
-        let dev: Arc<dyn BlockDevice> = Arc::new(
-            FileDevice::open(p, cfg.direct_io)
-                .map_err(io_ctx(format!("opening device {}", p.display())))?,
-        );
-        // Validated on load; an unknown name here means no model.
-        match model
-            .as_deref()
-            .and_then(crate::device::model::ModelKind::parse)
-        {
-            Some(m) => {
-                info!(device = %p.display(), model = m.name(), "timing the device like a modelled drive");
-                let timed = crate::device::TimedDevice::new(
-                    dev.clone(),
-                    m.build(dev.size()),
-                    Arc::new(crate::clock::SystemClock::default()),
-                );
-                Ok(Arc::new(timed))
-            }
-            None => Ok(dev),
-        }
-    };
     Ok(Devices {
-        ssd: open(&ssd, &cfg.ssd_model)?,
-        hdd: open(&hdd, &cfg.hdd_model)?,
+        ssd: open_device(cfg, &ssd, &cfg.ssd_model)?,
+        hdd: open_device(cfg, &hdd, &cfg.hdd_model)?,
     })
+}
+
+/// Open one device as the configuration says (O_DIRECT, a drive model).
+pub fn open_device(cfg: &Config, p: &Path, model: &Option<String>) -> Result<Arc<dyn BlockDevice>> {
+    let dev: Arc<dyn BlockDevice> = Arc::new(
+        FileDevice::open(p, cfg.direct_io)
+            .map_err(io_ctx(format!("opening device {}", p.display())))?,
+    );
+    // Validated on load; an unknown name here means no model.
+    match model
+        .as_deref()
+        .and_then(crate::device::model::ModelKind::parse)
+    {
+        Some(m) => {
+            info!(device = %p.display(), model = m.name(), "timing the device like a modelled drive");
+            let timed = crate::device::TimedDevice::new(
+                dev.clone(),
+                m.build(dev.size()),
+                Arc::new(crate::clock::SystemClock::default()),
+            );
+            Ok(Arc::new(timed))
+        }
+        None => Ok(dev),
+    }
+}
+
+/// `tierctl replace ssd PATH`: open PATH as the configuration would open
+/// an SSD and put it in place of the drained one.
+pub fn replace_ssd(
+    live: &Live,
+    cfg: &Config,
+    path: &Path,
+    force: bool,
+) -> std::result::Result<String, String> {
+    if same_file(path, &cfg.hdd_path()) {
+        return Err(format!("{} is the HDD", path.display()));
+    }
+    let dev = open_device(cfg, path, &cfg.ssd_model).map_err(|e| e.to_string())?;
+    live.volume
+        .replace_ssd(dev, &path.display().to_string(), force)
+        .map_err(|e| e.to_string())?;
+    warn!(ssd = %path.display(), "the SSD was replaced: set ssd = {} in the configuration before the next restart (the old device is refused)", path.display());
+    Ok(format!(
+        "the SSD is now {p}; it stays drained until `tierctl evacuate --cancel`; set ssd = {p} in the configuration before the next restart (the old device is refused)",
+        p = path.display()
+    ))
 }
 
 /// Whether two paths name the same file or device node.

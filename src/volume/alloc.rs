@@ -20,6 +20,8 @@ struct Inner {
     free: [Vec<u32>; 2],
     /// Freed since the last metadata flush.
     quarantine: Vec<Loc>,
+    /// Tiers that hand out no slot (an SSD being replaced).
+    closed: [bool; 2],
 }
 
 impl Allocator {
@@ -44,6 +46,7 @@ impl Allocator {
             inner: Mutex::new(Inner {
                 free,
                 quarantine: Vec::new(),
+                closed: [false; 2],
             }),
         }
     }
@@ -52,10 +55,32 @@ impl Allocator {
     pub fn alloc(&self, order: &[Tier]) -> Option<Loc> {
         let mut inner = self.inner.lock();
         order.iter().find_map(|&tier| {
+            if inner.closed[tier.index()] {
+                return None;
+            }
             inner.free[tier.index()]
                 .pop()
                 .map(|slot| Loc { tier, slot })
         })
+    }
+
+    /// Stop handing out `tier`'s slots if none of its `slots` is in use or
+    /// in quarantine (checked and closed under one lock, so no allocation
+    /// slips in between); `Err` with the count in use otherwise.
+    pub fn close_if_empty(&self, tier: Tier, slots: u32) -> Result<(), u32> {
+        let mut inner = self.inner.lock();
+        let quarantined = inner.quarantine.iter().filter(|l| l.tier == tier).count() as u32;
+        let used = slots.saturating_sub(inner.free[tier.index()].len() as u32) + quarantined;
+        if used > 0 {
+            return Err(used);
+        }
+        inner.closed[tier.index()] = true;
+        Ok(())
+    }
+
+    /// Hand out `tier`'s slots again.
+    pub fn reopen(&self, tier: Tier) {
+        self.inner.lock().closed[tier.index()] = false;
     }
 
     /// Return a slot that was never recorded as mapped: reusable at once.
@@ -141,5 +166,24 @@ mod tests {
                 slot: 1
             })
         );
+    }
+
+    #[test]
+    fn a_tier_closes_only_when_empty_and_then_hands_out_nothing() {
+        let a = Allocator::new([2, 2], std::iter::empty());
+        let got = a.alloc(&[Tier::Ssd]).expect("a slot");
+        assert_eq!(a.close_if_empty(Tier::Ssd, 2), Err(1));
+        a.free_deferred(got);
+        assert_eq!(a.close_if_empty(Tier::Ssd, 2), Err(1), "quarantine counts");
+        let q = a.take_quarantine();
+        a.settle(q, true);
+        assert_eq!(a.close_if_empty(Tier::Ssd, 2), Ok(()));
+        assert_eq!(a.alloc(&[Tier::Ssd]), None);
+        assert_eq!(
+            a.alloc(&[Tier::Ssd, Tier::Hdd]).map(|l| l.tier),
+            Some(Tier::Hdd)
+        );
+        a.reopen(Tier::Ssd);
+        assert_eq!(a.alloc(&[Tier::Ssd]).map(|l| l.tier), Some(Tier::Ssd));
     }
 }

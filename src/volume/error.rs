@@ -114,6 +114,17 @@ pub enum VolumeError {
     /// A pin that cannot be honoured.
     #[error("cannot pin: {0}")]
     Pin(String),
+    /// The SSD was replaced (`tierctl replace ssd`) and this is the old one.
+    #[error("{device} is this volume's old SSD: it was replaced by {replaced_by}; set ssd = {replaced_by} (or --ssd {replaced_by})")]
+    ReplacedSsd {
+        /// The device given.
+        device: String,
+        /// The path the replacement was given as.
+        replaced_by: String,
+    },
+    /// A replacement that cannot be done now or with this device.
+    #[error("cannot replace the SSD: {0}")]
+    Replace(String),
     /// No slot left anywhere (cannot happen while the geometry holds).
     #[error("no free extent slot on either device")]
     NoSpace,

@@ -16,6 +16,7 @@ mod moves;
 mod open;
 mod pins;
 mod placement;
+mod replace;
 mod space;
 mod stats;
 mod superblock;
@@ -80,6 +81,26 @@ impl Devices {
     }
 }
 
+/// The devices of an open volume: each behind a lock only so that an
+/// emptied SSD can be replaced while the volume serves
+/// ([`Volume::replace_ssd`]); every I/O takes an uncontended read lock and
+/// a reference.
+pub(crate) struct DeviceSlots([RwLock<Arc<dyn BlockDevice>>; 2]);
+
+impl DeviceSlots {
+    fn new(d: Devices) -> DeviceSlots {
+        DeviceSlots([RwLock::new(d.ssd), RwLock::new(d.hdd)])
+    }
+
+    pub(crate) fn get(&self, tier: Tier) -> Arc<dyn BlockDevice> {
+        self.0[tier.index()].read().clone()
+    }
+
+    fn set(&self, tier: Tier, dev: Arc<dyn BlockDevice>) {
+        *self.0[tier.index()].write() = dev;
+    }
+}
+
 /// A snapshot of how the volume is used.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Usage {
@@ -110,7 +131,7 @@ pub struct Usage {
 pub struct Volume {
     geo: Geometry,
     id: Uuid,
-    devices: Devices,
+    devices: DeviceSlots,
     /// Device operation times, SSD then HDD.
     meters: [Arc<IoMeter>; 2],
     store: Arc<dyn MetaStore>,
@@ -228,6 +249,10 @@ impl Volume {
     /// longer land in the write log. Moving what is there is the
     /// migrator's job.
     pub fn set_evacuating(&self, tier: Option<Tier>) {
+        if tier != Some(Tier::Ssd) {
+            // A replaced SSD's slots open again when its draining ends.
+            self.alloc.reopen(Tier::Ssd);
+        }
         let v = match tier {
             None => 0,
             Some(Tier::Ssd) => 1,

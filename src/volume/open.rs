@@ -78,7 +78,7 @@ impl Default for FormatOptions {
 /// refuse the store instead of misreading a record they do not know.
 pub const STORE_FORMAT_VERSION: u32 = 2;
 
-fn now_secs() -> u64 {
+pub(super) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -239,6 +239,7 @@ impl Volume {
                 });
             }
         }
+        super::replace::check_replaced(store.as_ref(), &ssd_sb, devices.ssd.name())?;
 
         let logical = geo.logical_extents();
         let blocks = geo.blocks_per_extent();
@@ -338,7 +339,7 @@ impl Volume {
         Ok(Volume {
             geo,
             id,
-            devices,
+            devices: super::DeviceSlots::new(devices),
             meters,
             store,
             map: map.into_boxed_slice(),

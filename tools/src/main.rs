@@ -120,6 +120,19 @@ enum Command {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Put a new device in place of the SSD while the volume serves (drain
+    /// it first: tierctl evacuate ssd).
+    Replace {
+        /// Only the SSD can be replaced.
+        #[arg(value_enum)]
+        tier: ReplaceTier,
+        /// The new device or image file (at least as big as the old SSD).
+        path: PathBuf,
+        /// Overwrite a device that carries a filesystem, a partition table
+        /// or a superblock.
+        #[arg(long)]
+        force: bool,
+    },
     /// Load the daemon's configuration again (as SIGHUP does) and say
     /// whether it worked: exits non-zero when the old one stays in force.
     Reload,
@@ -183,6 +196,11 @@ impl From<TierArg> for Tier {
             TierArg::Hdd => Tier::Hdd,
         }
     }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReplaceTier {
+    Ssd,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -502,6 +520,22 @@ fn run() -> anyhow::Result<()> {
             what: ConfigCmd::Reset { key },
         } => ack(&cli, &Request::ConfigReset { key: key.clone() }),
         Command::Reload => ack(&cli, &Request::Reload),
+        Command::Replace {
+            tier: ReplaceTier::Ssd,
+            path,
+            force,
+        } => {
+            // The daemon opens the path: make it absolute from here.
+            let path = std::path::absolute(path)
+                .with_context(|| format!("resolving {}", path.display()))?;
+            ack(
+                &cli,
+                &Request::ReplaceSsd {
+                    path,
+                    force: *force,
+                },
+            )
+        }
         Command::Evacuate {
             tier,
             cancel,

@@ -1,0 +1,378 @@
+//! Replacing the SSD without downtime, the procedure of docs/operations.md
+//! run against the real daemon while one NBD connection keeps writing and
+//! verifying: `tierctl evacuate ssd`, `tierctl replace ssd NEW`, `tierctl
+//! evacuate --cancel`. No request fails, every byte is intact, new data
+//! lands on the new SSD, and the old SSD is refused at the next start
+//! with the new path named, while the new one starts fine.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::*;
+use serde_json::Value;
+
+fn ok(sock: &Path, args: &[&str]) -> String {
+    let out = run(Command::new(tierctl_bin())
+        .arg("--control")
+        .arg(sock)
+        .args(args)
+        .env("NO_COLOR", "1"));
+    assert!(
+        out.status.success(),
+        "{}",
+        show(&format!("tierctl {args:?}"), &out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fails(sock: &Path, args: &[&str]) -> String {
+    let out = run(Command::new(tierctl_bin())
+        .arg("--control")
+        .arg(sock)
+        .args(args));
+    assert!(!out.status.success(), "tierctl {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn status(sock: &Path) -> Value {
+    serde_json::from_str(&ok(sock, &["status", "--json"])).expect("JSON")
+}
+
+fn qemu_io(d: &Daemon, cmd: &str) {
+    run_ok(tool("qemu-io").args(["-f", "raw", "-c", cmd, &d.uri()]));
+}
+
+#[test]
+fn the_ssd_is_replaced_while_a_client_keeps_writing() {
+    let mut d = Daemon::start_with(DaemonOptions {
+        extra_args: vec!["--metrics-listen".into(), String::new()],
+        ..DaemonOptions::small()
+    });
+    let sock = d.data_dir().join("control.sock");
+    qemu_io(&d, "write -P 0x11 0 96M");
+    let before = status(&sock);
+    assert!(before["tiers"][0]["extents"].as_u64() > Some(0));
+
+    // One connection writes and reads back 64 KiB blocks all along.
+    // stdbuf: qemu-io's answers line by line, not when its buffer fills.
+    let mut client = Command::new(require("stdbuf"))
+        .arg("-oL")
+        .arg(require("qemu-io"))
+        .args(["-f", "raw", &d.uri()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("qemu-io");
+    let mut to = client.stdin.take().expect("stdin");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let (seen, out) = (seen.clone(), client.stdout.take().expect("stdout"));
+        std::thread::spawn(move || {
+            let mut out = out;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut out, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut s) = seen.lock() {
+                    s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            }
+        })
+    };
+    let (mut step, mut done) = (0u32, 0usize);
+    // Eight writes and read-backs, each answered before the next is sent
+    // (qemu-io takes one command per read of its input), all before the
+    // procedure goes on.
+    let mut io = |to: &mut std::process::ChildStdin| {
+        for _ in 0..8 {
+            let off = (130 + (step % 32)) << 20;
+            let p = 0x20 + (step % 64);
+            for cmd in [
+                format!("write -P {p} {off} 64k"),
+                format!("read -P {p} {off} 64k"),
+            ] {
+                writeln!(to, "{cmd}").expect("to qemu-io");
+                to.flush().expect("flush");
+                done += 1;
+                let want = done;
+                let answered = wait_until(std::time::Duration::from_secs(30), || {
+                    seen.lock()
+                        .map(|s| s.matches(" 65536/65536 bytes").count() >= want)
+                        .unwrap_or(false)
+                });
+                assert!(
+                    answered,
+                    "the connection stalled at {cmd:?}: {}",
+                    seen.lock().map(|s| s.clone()).unwrap_or_default()
+                );
+            }
+            step += 1;
+        }
+    };
+    io(&mut to);
+
+    // A replacement before draining is refused.
+    let new = d.dir().join("new-ssd.img");
+    sparse_file(&new, 64 * MIB);
+    let err = fails(&sock, &["replace", "ssd", &new.display().to_string()]);
+    assert!(err.contains("not being drained"), "{err}");
+
+    ok(&sock, &["evacuate", "ssd"]);
+    io(&mut to);
+    // The HDD's own image and a device with a filesystem are refused.
+    let err = fails(
+        &sock,
+        &[
+            "replace",
+            "ssd",
+            &d.data_dir().join("hdd.img").display().to_string(),
+        ],
+    );
+    assert!(err.contains("is the HDD"), "{err}");
+    let done = ok(&sock, &["replace", "ssd", &new.display().to_string()]);
+    assert!(
+        done.contains("the SSD is now") && done.contains("new-ssd.img"),
+        "{done}"
+    );
+    io(&mut to);
+    let dev: Value = serde_json::from_str(&ok(
+        &sock,
+        &["device", &new.display().to_string(), "--json"],
+    ))
+    .expect("JSON");
+    assert_eq!(dev["role"], "ssd");
+    assert_eq!(dev["volume_id"], before["volume_id"]);
+    // Replacing again with the same device is refused: it is in use.
+    let err = fails(&sock, &["replace", "ssd", &new.display().to_string()]);
+    assert!(err.contains("already this volume's ssd"), "{err}");
+
+    // Draining ends: new data lands on the new SSD.
+    ok(&sock, &["evacuate", "--cancel"]);
+    io(&mut to);
+    qemu_io(&d, "write -P 0x99 100M 8M");
+    let st = status(&sock);
+    assert!(st["tiers"][0]["extents"].as_u64() >= Some(8), "{st}");
+    ok(&sock, &["migrate", "now"]);
+    io(&mut to);
+    writeln!(to, "quit").expect("quit");
+    drop(to);
+    let out = client.wait_with_output().expect("qemu-io ends");
+    reader.join().expect("reader");
+    let text =
+        seen.lock().map(|s| s.clone()).unwrap_or_default() + &String::from_utf8_lossy(&out.stderr);
+    let wrote = text.matches("wrote 65536/65536").count();
+    let read = text.matches("read 65536/65536").count();
+    assert_eq!(
+        (wrote, read),
+        (40, 40),
+        "every request of the connection succeeded:\n{text}"
+    );
+    assert!(!text.contains("failed") && !text.contains("rror"), "{text}");
+
+    // Every byte intact.
+    qemu_io(&d, "read -P 0x11 0 96M");
+    qemu_io(&d, "read -P 0x99 100M 8M");
+
+    // The old SSD (still at the default path) is refused, naming the new one.
+    d.terminate();
+    let out = run(Command::new(tierd_bin())
+        .args(["serve", "--data-dir"])
+        .arg(d.data_dir())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            "--control",
+            "",
+        ]));
+    assert!(!out.status.success(), "the old SSD was accepted");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("old SSD") && err.contains("new-ssd.img"),
+        "{err}"
+    );
+    // With the new device in its place, the volume starts and reads back.
+    std::fs::rename(&new, d.data_dir().join("ssd.img")).expect("rename");
+    d.restart();
+    qemu_io(&d, "read -P 0x11 0 96M");
+    qemu_io(&d, "read -P 0x99 100M 8M");
+    assert!(status(&sock)["tiers"][0]["extents"].as_u64() >= Some(8));
+}
+
+/// In-process: the replacement's crash and fault cases on memory devices
+/// that keep only what was synced.
+mod engine {
+    use std::sync::Arc;
+
+    use tierd::device::{BlockDevice, FaultDevice, FaultOp, FaultRule, MemDevice};
+    use tierd::migrate::{MigrateConfig, Migrator};
+    use tierd::store::{MemStore, MetaStore};
+    use tierd::volume::{Devices, FormatOptions, Tier, Volume, VolumeError};
+
+    const EXTENT: u64 = 64 * 1024;
+    const SIZE: u64 = (1 << 20) + 16 * EXTENT;
+
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| seed ^ (i / 4096) as u8).collect()
+    }
+
+    fn open(
+        ssd: &Arc<dyn BlockDevice>,
+        hdd: &Arc<dyn BlockDevice>,
+        store: &Arc<MemStore>,
+    ) -> Result<Arc<Volume>, VolumeError> {
+        let store: Arc<dyn MetaStore> = store.clone();
+        Volume::open(
+            Devices {
+                ssd: ssd.clone(),
+                hdd: hdd.clone(),
+            },
+            store,
+        )
+        .map(Arc::new)
+    }
+
+    fn read(vol: &Volume, at: u64, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        vol.read(at, &mut b).expect("read");
+        b
+    }
+
+    #[test]
+    fn replacement_survives_power_cuts_refuses_the_old_ssd_and_fails_cleanly() {
+        let ssd_mem = Arc::new(MemDevice::with_power_model(SIZE));
+        let hdd_mem = Arc::new(MemDevice::with_power_model((1 << 20) + 64 * EXTENT));
+        let new_mem = Arc::new(MemDevice::with_power_model(SIZE));
+        let new_faulty = Arc::new(FaultDevice::new(new_mem.clone(), 7));
+        let store = Arc::new(MemStore::new());
+        let (ssd, hdd): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) =
+            (ssd_mem.clone(), hdd_mem.clone());
+        let opts = FormatOptions {
+            extent_size: EXTENT,
+            reserve: Some(4 * EXTENT),
+            force: false,
+        };
+        Volume::format(
+            &Devices {
+                ssd: ssd.clone(),
+                hdd: hdd.clone(),
+            },
+            store.as_ref(),
+            &opts,
+        )
+        .expect("format");
+        let vol = open(&ssd, &hdd, &store).expect("open");
+        let a = pattern(1, 8 * EXTENT as usize);
+        vol.write(0, &a, false).expect("write");
+        vol.flush().expect("flush");
+        assert!(vol.usage().mapped[0] > 0);
+
+        // Not drained: refused.
+        let err = vol
+            .replace_ssd(new_faulty.clone(), "/new", false)
+            .expect_err("not drained");
+        assert!(err.to_string().contains("not being drained"), "{err}");
+        vol.set_evacuating(Some(Tier::Ssd));
+        // Drained but not yet emptied: refused, nothing changes.
+        let err = vol
+            .replace_ssd(new_faulty.clone(), "/new", false)
+            .expect_err("not empty");
+        assert!(err.to_string().contains("still holds"), "{err}");
+        let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
+        for _ in 0..20 {
+            m.run_round();
+            if vol.occupying(Tier::Ssd) == 0 {
+                break;
+            }
+        }
+        assert_eq!(vol.occupying(Tier::Ssd), 0);
+
+        // The new device fails its superblock write: the old SSD stays in
+        // place, the volume keeps serving, and a second try works.
+        new_faulty.add(FaultRule::new(&[FaultOp::Write]).times(1));
+        assert!(vol.replace_ssd(new_faulty.clone(), "/new", false).is_err());
+        assert_eq!(read(&vol, 0, a.len()), a);
+        let b = pattern(2, 2 * EXTENT as usize);
+        vol.write(20 * EXTENT, &b, false)
+            .expect("write while drained");
+        vol.replace_ssd(new_faulty.clone(), "/new", false)
+            .expect("replace");
+        // Draining ends: new data lands on the new SSD.
+        vol.set_evacuating(None);
+        let c = pattern(3, 4 * EXTENT as usize);
+        vol.write(40 * EXTENT, &c, false).expect("write");
+        vol.flush().expect("flush");
+        assert!(vol.usage().mapped[0] >= 4, "new data is on the new SSD");
+        let d = pattern(4, EXTENT as usize);
+        vol.write(50 * EXTENT, &d, false).expect("unflushed write");
+        drop(m);
+        drop(vol);
+
+        // Power cut: what was flushed is there on the new SSD.
+        for mem in [&ssd_mem, &hdd_mem, &new_mem] {
+            mem.power_cut();
+        }
+        store.power_cut();
+        let new: Arc<dyn BlockDevice> = new_mem.clone();
+        match open(&ssd, &hdd, &store) {
+            Err(VolumeError::ReplacedSsd { replaced_by, .. }) => assert_eq!(replaced_by, "/new"),
+            other => panic!("the old SSD must be refused, got {:?}", other.map(|_| ())),
+        }
+        let vol = open(&new, &hdd, &store).expect("open with the new SSD");
+        assert_eq!(read(&vol, 0, a.len()), a);
+        assert_eq!(read(&vol, 20 * EXTENT, b.len()), b);
+        assert_eq!(read(&vol, 40 * EXTENT, c.len()), c);
+    }
+
+    #[test]
+    fn a_failed_replacement_and_a_power_cut_leave_the_old_ssd_in_service() {
+        let ssd_mem = Arc::new(MemDevice::with_power_model(SIZE));
+        let hdd_mem = Arc::new(MemDevice::with_power_model((1 << 20) + 64 * EXTENT));
+        let new_mem = Arc::new(MemDevice::with_power_model(SIZE));
+        let store = Arc::new(MemStore::new());
+        let (ssd, hdd): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) =
+            (ssd_mem.clone(), hdd_mem.clone());
+        let opts = FormatOptions {
+            extent_size: EXTENT,
+            reserve: Some(4 * EXTENT),
+            force: false,
+        };
+        Volume::format(
+            &Devices {
+                ssd: ssd.clone(),
+                hdd: hdd.clone(),
+            },
+            store.as_ref(),
+            &opts,
+        )
+        .expect("format");
+        let vol = open(&ssd, &hdd, &store).expect("open");
+        let a = pattern(5, 8 * EXTENT as usize);
+        vol.write(0, &a, false).expect("write");
+        vol.set_evacuating(Some(Tier::Ssd));
+        let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
+        while vol.occupying(Tier::Ssd) > 0 {
+            m.run_round();
+        }
+        let new_faulty = Arc::new(FaultDevice::new(new_mem.clone(), 9));
+        // A failing sync of the new device after its superblock: refused.
+        new_faulty.add(FaultRule::new(&[FaultOp::Sync]).times(1));
+        assert!(vol.replace_ssd(new_faulty.clone(), "/new", false).is_err());
+        assert_eq!(read(&vol, 0, a.len()), a);
+        drop(m);
+        drop(vol);
+        for mem in [&ssd_mem, &hdd_mem, &new_mem] {
+            mem.power_cut();
+        }
+        store.power_cut();
+        // Nothing recorded the replacement: the old SSD opens, data intact.
+        let vol = open(&ssd, &hdd, &store).expect("the old SSD still opens");
+        assert_eq!(read(&vol, 0, a.len()), a);
+    }
+}
