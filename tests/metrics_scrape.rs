@@ -223,6 +223,11 @@ fn counters_follow_real_io() {
     let busy = get(&m, "tierd_device_io_time_seconds_total{tier=\"ssd\"}")
         + get(&m, "tierd_device_io_time_seconds_total{tier=\"hdd\"}");
     assert!(busy > 0.0, "busy time {busy}");
+    // The configured bandwidth is what the daemon runs with (default 128 MiB/s).
+    assert_eq!(
+        get(&m, "tierd_migration_bandwidth_bytes_per_second"),
+        (128 << 20) as f64
+    );
     // Working set, backlog and throttle series exist.
     let hot = get(&m, "tierd_hot_bytes{tier=\"ssd\"}") + get(&m, "tierd_hot_bytes{tier=\"hdd\"}");
     assert!(hot <= used, "hot {hot} > used {used}");
@@ -233,7 +238,13 @@ fn counters_follow_real_io() {
         "tierd_migration_backoff_seconds_total",
         "tierd_migration_throttle_seconds_total",
         "tierd_migration_bandwidth_bytes_per_second",
+        "tierd_migration_more_waiting",
+        "tierd_migration_backing_off",
         "tierd_active_bytes",
+        "tierd_read_unmapped_bytes_total",
+        "process_threads",
+        "process_virtual_memory_bytes",
+        "process_max_fds",
     ] {
         assert!(get(&m, k) >= 0.0, "{k}");
     }

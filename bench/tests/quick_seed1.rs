@@ -3,7 +3,7 @@
 //! the SSD write log and shadows landed (re-record it, with the reason in
 //! the commit, whenever behaviour changes on purpose): the virtual run is
 //! deterministic, so any difference is a behaviour change. Only `wall_secs`
-//! (the run's wall-clock time) is ignored.
+//! (the run's wall-clock time) is ignored. Its keys are all snake_case.
 //!
 //! Runs the `tierd` binary of this build (next to the test's `deps`
 //! directory; `cargo build --workspace` first) or `TIERD_BIN`.
@@ -33,6 +33,26 @@ fn tierd_bin() -> PathBuf {
         p.display()
     );
     p
+}
+
+/// Paths of the object keys in `v` that are not snake_case.
+fn non_snake_keys(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let p = format!("{path}.{k}");
+                if !k
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                {
+                    out.push(p.clone());
+                }
+                non_snake_keys(v, &p, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| non_snake_keys(v, path, out)),
+        _ => {}
+    }
 }
 
 /// The record's lines, with the ignored field's value blanked.
@@ -76,6 +96,11 @@ fn quick_bench_seed_1_matches_the_recorded_json() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    // Every key in snake_case, as in every JSON output of tierd.
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("bench --json prints JSON");
+    let mut bad = Vec::new();
+    non_snake_keys(&v, "", &mut bad);
+    assert!(bad.is_empty(), "keys not in snake_case: {bad:?}");
     let (want, got) = (normalized(&expected), normalized(&stdout));
     if let Some(i) = (0..want.len().max(got.len())).find(|&i| want.get(i) != got.get(i)) {
         let from = i.saturating_sub(8);
