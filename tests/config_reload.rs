@@ -208,9 +208,12 @@ fn tells_systemd_ready_status_watchdog_and_stopping() {
     sock.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
     let ps = path.display().to_string();
+    let cfg = dir.path().join("tierd.toml");
+    write(&cfg, b"[migrate]\nmax-moves = 5\n");
+    let cfgs = cfg.display().to_string();
     // A watchdog of 400 ms: pings every 200 ms.
     let mut d = Daemon::start_with(opts(
-        &[],
+        &["--config", &cfgs],
         &[("NOTIFY_SOCKET", &ps), ("WATCHDOG_USEC", "400000")],
     ));
     let mut buf = [0u8; 512];
@@ -232,6 +235,37 @@ fn tells_systemd_ready_status_watchdog_and_stopping() {
         seen.push(recv());
         assert!(seen.len() < 100, "no status line or pings: {seen:?}");
     }
+    // A reload says RELOADING=1 with the monotonic time Type=notify-reload
+    // wants, then READY=1 with how it went.
+    let pid = libc::pid_t::try_from(d.pid()).expect("pid fits");
+    let mut reload = |recv: &mut dyn FnMut() -> String| -> (String, String) {
+        // SAFETY: kill(2) on our own running child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+        let mut got = Vec::new();
+        loop {
+            let m = recv();
+            if m.starts_with("RELOADING=1") {
+                got.push(m);
+            } else if m.starts_with("READY=1") && !got.is_empty() {
+                return (got.remove(0), m);
+            }
+            assert!(got.len() < 100);
+        }
+    };
+    let (start, end) = reload(&mut recv);
+    let usec: u64 = start
+        .lines()
+        .find_map(|l| l.strip_prefix("MONOTONIC_USEC="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no MONOTONIC_USEC: {start:?}"));
+    assert!(usec > 0);
+    assert!(end.contains("STATUS=serving; health ok"), "{end:?}");
+    write(&cfg, b"[migrate]\nmax-moves = \"many\"\n");
+    let (_, end) = reload(&mut recv);
+    assert!(
+        end.contains("STATUS=serving; the last reload FAILED") && end.contains("max-moves"),
+        "{end:?}"
+    );
     d.terminate();
     loop {
         let m = recv();

@@ -3,7 +3,8 @@
 //! verifying: `tierctl evacuate ssd`, `tierctl replace ssd NEW`, `tierctl
 //! evacuate --cancel`. No request fails, every byte is intact, new data
 //! lands on the new SSD, and the old SSD is refused at the next start
-//! with the new path named, while the new one starts fine.
+//! with the new path named, while the new one starts fine. The client's
+//! I/O runs on its own thread, during every step.
 
 mod common;
 
@@ -56,65 +57,9 @@ fn the_ssd_is_replaced_while_a_client_keeps_writing() {
     let before = status(&sock);
     assert!(before["tiers"][0]["extents"].as_u64() > Some(0));
 
-    // One connection writes and reads back 64 KiB blocks all along.
-    // stdbuf: qemu-io's answers line by line, not when its buffer fills.
-    let mut client = Command::new(require("stdbuf"))
-        .arg("-oL")
-        .arg(require("qemu-io"))
-        .args(["-f", "raw", &d.uri()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("qemu-io");
-    let mut to = client.stdin.take().expect("stdin");
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let (seen, out) = (seen.clone(), client.stdout.take().expect("stdout"));
-        std::thread::spawn(move || {
-            let mut out = out;
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = std::io::Read::read(&mut out, &mut buf) {
-                if n == 0 {
-                    break;
-                }
-                if let Ok(mut s) = seen.lock() {
-                    s.push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            }
-        })
-    };
-    let (mut step, mut done) = (0u32, 0usize);
-    // Eight writes and read-backs, each answered before the next is sent
-    // (qemu-io takes one command per read of its input), all before the
-    // procedure goes on.
-    let mut io = |to: &mut std::process::ChildStdin| {
-        for _ in 0..8 {
-            let off = (130 + (step % 32)) << 20;
-            let p = 0x20 + (step % 64);
-            for cmd in [
-                format!("write -P {p} {off} 64k"),
-                format!("read -P {p} {off} 64k"),
-            ] {
-                writeln!(to, "{cmd}").expect("to qemu-io");
-                to.flush().expect("flush");
-                done += 1;
-                let want = done;
-                let answered = wait_until(std::time::Duration::from_secs(30), || {
-                    seen.lock()
-                        .map(|s| s.matches(" 65536/65536 bytes").count() >= want)
-                        .unwrap_or(false)
-                });
-                assert!(
-                    answered,
-                    "the connection stalled at {cmd:?}: {}",
-                    seen.lock().map(|s| s.clone()).unwrap_or_default()
-                );
-            }
-            step += 1;
-        }
-    };
-    io(&mut to);
+    // One connection writes and reads back 64 KiB blocks all along, on its
+    // own thread, while the procedure runs.
+    let client = Client::start(&d.uri());
 
     // A replacement before draining is refused.
     let new = d.dir().join("new-ssd.img");
@@ -122,9 +67,10 @@ fn the_ssd_is_replaced_while_a_client_keeps_writing() {
     let err = fails(&sock, &["replace", "ssd", &new.display().to_string()]);
     assert!(err.contains("not being drained"), "{err}");
 
+    let n0 = client.done();
     ok(&sock, &["evacuate", "ssd"]);
-    io(&mut to);
-    // The HDD's own image and a device with a filesystem are refused.
+    client.wait_for(n0 + 4);
+    // The HDD's own image is refused.
     let err = fails(
         &sock,
         &[
@@ -134,12 +80,13 @@ fn the_ssd_is_replaced_while_a_client_keeps_writing() {
         ],
     );
     assert!(err.contains("is the HDD"), "{err}");
+    let n1 = client.done();
     let done = ok(&sock, &["replace", "ssd", &new.display().to_string()]);
     assert!(
         done.contains("the SSD is now") && done.contains("new-ssd.img"),
         "{done}"
     );
-    io(&mut to);
+    client.wait_for(n1 + 4);
     let dev: Value = serde_json::from_str(&ok(
         &sock,
         &["device", &new.display().to_string(), "--json"],
@@ -153,26 +100,18 @@ fn the_ssd_is_replaced_while_a_client_keeps_writing() {
 
     // Draining ends: new data lands on the new SSD.
     ok(&sock, &["evacuate", "--cancel"]);
-    io(&mut to);
     qemu_io(&d, "write -P 0x99 100M 8M");
     let st = status(&sock);
     assert!(st["tiers"][0]["extents"].as_u64() >= Some(8), "{st}");
     ok(&sock, &["migrate", "now"]);
-    io(&mut to);
-    writeln!(to, "quit").expect("quit");
-    drop(to);
-    let out = client.wait_with_output().expect("qemu-io ends");
-    reader.join().expect("reader");
-    let text =
-        seen.lock().map(|s| s.clone()).unwrap_or_default() + &String::from_utf8_lossy(&out.stderr);
-    let wrote = text.matches("wrote 65536/65536").count();
-    let read = text.matches("read 65536/65536").count();
-    assert_eq!(
-        (wrote, read),
-        (40, 40),
+    let n2 = client.done();
+    client.wait_for(n2 + 4);
+    let (pairs, text) = client.stop();
+    assert!(pairs >= 12, "{pairs} write/read pairs");
+    assert!(
+        !text.contains("failed") && !text.contains("rror"),
         "every request of the connection succeeded:\n{text}"
     );
-    assert!(!text.contains("failed") && !text.contains("rror"), "{text}");
 
     // Every byte intact.
     qemu_io(&d, "read -P 0x11 0 96M");
@@ -203,6 +142,109 @@ fn the_ssd_is_replaced_while_a_client_keeps_writing() {
     qemu_io(&d, "read -P 0x11 0 96M");
     qemu_io(&d, "read -P 0x99 100M 8M");
     assert!(status(&sock)["tiers"][0]["extents"].as_u64() >= Some(8));
+}
+
+/// One long NBD connection (qemu-io reading commands from a pipe) that
+/// writes a 64 KiB block and reads it back with a pattern check, over and
+/// over on its own thread, each command answered before the next is sent
+/// (qemu-io takes one command per read of its input).
+struct Client {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pairs: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    thread: std::thread::JoinHandle<String>,
+}
+
+impl Client {
+    fn start(uri: &str) -> Client {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+        let stop = Arc::new(AtomicBool::new(false));
+        let pairs = Arc::new(AtomicUsize::new(0));
+        // stdbuf: qemu-io's answers line by line, not when its buffer fills.
+        let mut child = Command::new(require("stdbuf"))
+            .arg("-oL")
+            .arg(require("qemu-io"))
+            .args(["-f", "raw", uri])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("qemu-io");
+        let seen = Arc::new(Mutex::new(String::new()));
+        let reader = {
+            let (seen, mut out) = (seen.clone(), child.stdout.take().expect("stdout"));
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = std::io::Read::read(&mut out, &mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut s) = seen.lock() {
+                        s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    }
+                }
+            })
+        };
+        let (stop2, pairs2) = (stop.clone(), pairs.clone());
+        let thread = std::thread::spawn(move || {
+            let mut to = child.stdin.take().expect("stdin");
+            let mut answered = 0usize;
+            let mut step = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                let off = (130 + (step % 32)) << 20;
+                let p = 0x20 + (step % 64);
+                for cmd in [
+                    format!("write -P {p} {off} 64k"),
+                    format!("read -P {p} {off} 64k"),
+                ] {
+                    writeln!(to, "{cmd}").expect("to qemu-io");
+                    to.flush().expect("flush");
+                    answered += 1;
+                    let ok = wait_until(std::time::Duration::from_secs(30), || {
+                        seen.lock()
+                            .map(|s| s.matches(" 65536/65536 bytes").count() >= answered)
+                            .unwrap_or(false)
+                    });
+                    assert!(
+                        ok,
+                        "the connection stalled at {cmd:?}: {:?}",
+                        seen.lock().map(|s| s.clone())
+                    );
+                }
+                pairs2.fetch_add(1, Ordering::Relaxed);
+                step += 1;
+            }
+            writeln!(to, "quit").expect("quit");
+            drop(to);
+            let out = child.wait_with_output().expect("qemu-io ends");
+            reader.join().expect("reader");
+            let text = seen.lock().map(|s| s.clone()).unwrap_or_default();
+            text + &String::from_utf8_lossy(&out.stderr)
+        });
+        Client {
+            stop,
+            pairs,
+            thread,
+        }
+    }
+
+    /// Pairs done so far.
+    fn done(&self) -> usize {
+        self.pairs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Wait until `n` pairs are done.
+    fn wait_for(&self, n: usize) {
+        let ok = wait_until(std::time::Duration::from_secs(60), || self.done() >= n);
+        assert!(ok, "the client stopped making progress at {}", self.done());
+    }
+
+    /// Stop; the pairs done and everything qemu-io said.
+    fn stop(self) -> (usize, String) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let text = self.thread.join().expect("client thread");
+        (self.pairs.load(std::sync::atomic::Ordering::Relaxed), text)
+    }
 }
 
 /// In-process: the replacement's crash and fault cases on memory devices
@@ -285,7 +327,7 @@ mod engine {
             .expect_err("not empty");
         assert!(err.to_string().contains("still holds"), "{err}");
         let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
-        for _ in 0..20 {
+        for _ in 0..100 {
             m.run_round();
             if vol.occupying(Tier::Ssd) == 0 {
                 break;
@@ -357,9 +399,13 @@ mod engine {
         vol.write(0, &a, false).expect("write");
         vol.set_evacuating(Some(Tier::Ssd));
         let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
-        while vol.occupying(Tier::Ssd) > 0 {
+        for _ in 0..100 {
+            if vol.occupying(Tier::Ssd) == 0 {
+                break;
+            }
             m.run_round();
         }
+        assert_eq!(vol.occupying(Tier::Ssd), 0, "drained within 100 rounds");
         let new_faulty = Arc::new(FaultDevice::new(new_mem.clone(), 9));
         // A failing sync of the new device after its superblock: refused.
         new_faulty.add(FaultRule::new(&[FaultOp::Sync]).times(1));

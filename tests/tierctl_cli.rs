@@ -101,7 +101,9 @@ fn finds_the_local_socket_when_tierd_control_is_stale() {
     assert!(v["capacity_bytes"].as_u64().is_some(), "{v}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("gone.sock") && err.contains("using tierd-data/control.sock"),
+        err.contains("gone.sock")
+            && err.contains("did not answer")
+            && err.contains("using tierd-data/control.sock"),
         "the stale TIERD_CONTROL is reported: {err}"
     );
 }

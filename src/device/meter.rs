@@ -8,8 +8,9 @@
 //! time (time with at least one operation in flight), the disk metric
 //! node_exporter calls `io_time`.
 //!
-//! Recording costs two clock reads and three relaxed atomic additions; the
-//! buckets are fixed so that a snapshot is a plain array and two snapshots
+//! Recording costs two clock reads and three relaxed atomic additions, and
+//! an uncontended lock when the device turns busy or idle; the buckets are
+//! fixed so that a snapshot is a plain array and two snapshots
 //! subtract to give the latencies of the time between them.
 
 use std::cell::Cell;
@@ -179,14 +180,24 @@ impl Latencies {
     }
 }
 
+/// Busy-time bookkeeping, touched only when the device turns busy or idle.
+#[derive(Debug, Default)]
+struct Busy {
+    /// Completed busy periods, ns.
+    total_ns: u64,
+    /// Start of the period under way, if one is.
+    since_ns: Option<u64>,
+    /// The most ever reported: reports never go back.
+    reported_ns: u64,
+}
+
 /// The I/O times of one device.
 #[derive(Debug)]
 pub struct IoMeter {
     /// Indexed [op][class].
     hist: [[Histogram; 2]; 3],
     inflight: AtomicU64,
-    busy_since_ns: AtomicU64,
-    busy_ns: AtomicU64,
+    busy: parking_lot::Mutex<Busy>,
     epoch: Instant,
 }
 
@@ -195,8 +206,7 @@ impl Default for IoMeter {
         IoMeter {
             hist: Default::default(),
             inflight: AtomicU64::new(0),
-            busy_since_ns: AtomicU64::new(0),
-            busy_ns: AtomicU64::new(0),
+            busy: parking_lot::Mutex::new(Busy::default()),
             epoch: Instant::now(),
         }
     }
@@ -210,21 +220,30 @@ impl IoMeter {
     fn begin(&self) -> u64 {
         let now = self.now_ns();
         if self.inflight.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.busy_since_ns.store(now, Ordering::Release);
+            let mut b = self.busy.lock();
+            if b.since_ns.is_none() {
+                b.since_ns = Some(now);
+            }
         }
         now
+    }
+
+    /// The device may have gone idle: close the busy period, unless an
+    /// operation began meanwhile (its increment is seen under the lock, or
+    /// it opens a new period after this one closed).
+    fn idle(&self, now: u64) {
+        let mut b = self.busy.lock();
+        if self.inflight.load(Ordering::Acquire) == 0 {
+            if let Some(since) = b.since_ns.take() {
+                b.total_ns += now.saturating_sub(since);
+            }
+        }
     }
 
     fn end(&self, op: IoOp, started_ns: u64) {
         let now = self.now_ns();
         if self.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // A busy period ends. Should another begin between the
-            // decrement and this load, the period is counted from that
-            // start: busy time may come out short by such an overlap, never
-            // long.
-            let since = self.busy_since_ns.load(Ordering::Acquire);
-            self.busy_ns
-                .fetch_add(now.saturating_sub(since), Ordering::Relaxed);
+            self.idle(now);
         }
         let ns = now.saturating_sub(started_ns);
         self.hist[op.index()][IoClass::current().index()].record(ns as f64 / 1e9, ns);
@@ -236,14 +255,13 @@ impl IoMeter {
     }
 
     /// Seconds the device had at least one operation in flight, counting
-    /// the period under way.
+    /// the period under way; never less than an earlier answer.
     pub fn busy_secs(&self) -> f64 {
-        let mut ns = self.busy_ns.load(Ordering::Relaxed);
-        if self.inflight.load(Ordering::Acquire) > 0 {
-            let since = self.busy_since_ns.load(Ordering::Acquire);
-            ns += self.now_ns().saturating_sub(since);
-        }
-        ns as f64 / 1e9
+        let now = self.now_ns();
+        let mut b = self.busy.lock();
+        let ns = b.total_ns + b.since_ns.map_or(0, |s| now.saturating_sub(s));
+        b.reported_ns = b.reported_ns.max(ns);
+        b.reported_ns as f64 / 1e9
     }
 }
 
@@ -330,9 +348,7 @@ impl IoMeter {
     fn cancel(&self) {
         let now = self.now_ns();
         if self.inflight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let since = self.busy_since_ns.load(Ordering::Acquire);
-            self.busy_ns
-                .fetch_add(now.saturating_sub(since), Ordering::Relaxed);
+            self.idle(now);
         }
     }
 }
@@ -369,6 +385,37 @@ mod tests {
         );
         assert!(m.busy_secs() > 0.0);
         assert!(m.busy_secs() < 1.0);
+    }
+
+    #[test]
+    fn busy_time_never_goes_back_under_concurrent_io() {
+        let dev = Arc::new(MeteredDevice::new(Arc::new(MemDevice::new(1 << 20))));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let workers: Vec<_> = (0..3)
+            .map(|i| {
+                let (dev, stop) = (dev.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 4096];
+                    while !stop.load(Ordering::Relaxed) {
+                        dev.read_at(&mut buf, i * 4096).expect("read");
+                    }
+                })
+            })
+            .collect();
+        let m = dev.meter();
+        let mut last = 0.0;
+        for _ in 0..20_000 {
+            let b = m.busy_secs();
+            assert!(b >= last, "busy time went back: {b} < {last}");
+            last = b;
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            w.join().expect("worker");
+        }
+        let idle = m.busy_secs();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(m.busy_secs(), idle, "an idle device accrues no busy time");
     }
 
     #[test]

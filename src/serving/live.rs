@@ -364,10 +364,10 @@ impl Live {
                     .into(),
             );
         }
-        if f.meta_dirty && f.since_meta_flush > META_STALE {
+        if f.meta_dirty && f.dirty_for > META_STALE {
             problems.push(format!(
                 "metadata unflushed for {} s: a power cut would lose the mapping changes since",
-                f.since_meta_flush.as_secs()
+                f.dirty_for.as_secs()
             ));
         }
         let panics = self.migrator.panics();

@@ -462,8 +462,9 @@ pub async fn run_with(
         });
     }
     if let Some(every) = watchdog_interval() {
-        // Pings come from the runtime that serves the volume, after a look
-        // at the volume: a wedged runtime or volume stops them.
+        // Pings come from the runtime that serves the volume, once the
+        // volume's flush lock came free within the interval: a wedged
+        // runtime, blocking pool or flush stops them.
         let (live, mut rx) = (live.clone(), stop_rx.clone());
         info!(every = ?every, "pinging the systemd watchdog");
         side.spawn(async move {
@@ -474,11 +475,13 @@ pub async fn run_with(
                     _ = rx.wait_for(|s| *s) => break,
                 }
                 let l = live.clone();
-                if tokio::task::spawn_blocking(move || l.volume.flush_state())
+                let ok = tokio::task::spawn_blocking(move || l.volume.responsive(every))
                     .await
-                    .is_ok()
-                {
+                    .unwrap_or(false);
+                if ok {
                     sd_notify("WATCHDOG=1");
+                } else {
+                    warn!("the volume did not answer within {every:?}: no watchdog ping");
                 }
             }
         });

@@ -152,9 +152,12 @@ impl Settings {
 
     /// How draining stands (`None`: no tier is drained).
     pub fn evacuation(&self, live: &Live) -> Option<EvacuationStatus> {
-        let (tier, started) = self.state.lock().evacuate?;
+        let mut st = self.state.lock();
+        let (tier, started) = st.evacuate?;
         let mut e = evacuation_plan(live, tier);
+        // After a restart the start is unknown: the first look sets it.
         e.started_extents = started.max(e.remaining_extents);
+        st.evacuate = Some((tier, e.started_extents));
         e.active = true;
         Some(e)
     }
@@ -232,25 +235,11 @@ impl Settings {
                 None => warn!("log-level changed but cannot be applied live: restart tierd"),
             }
         }
-        let es = live.volume.geometry().extent_size;
-        let want = match live_reserve {
-            Some(_) => new.reserve.map(|b| b.0.div_ceil(es)),
-            None => Some(u64::from(live.volume.geometry().reserve_extents)),
-        };
-        if let Some(extents) = want {
-            let ssd = u64::from(live.volume.geometry().ssd_slots);
-            if extents > ssd {
-                return Err(format!(
-                    "reserve {} is more than the SSD's {} bytes of slots",
-                    extents * es,
-                    ssd * es
-                ));
-            }
-            if extents != live.migrator.reserve_extents() {
-                live.migrator.set_reserve_extents(extents);
-                live.wake();
-                applied.push("reserve");
-            }
+        let target = reserve_target(live, new, live_reserve)?;
+        if target != live.migrator.reserve_extents() {
+            live.migrator.set_reserve_extents(target);
+            live.wake();
+            applied.push("reserve");
         }
         Ok(applied)
     }
@@ -294,11 +283,15 @@ impl Settings {
         let mut settings = st.live.clone();
         settings.insert(key.to_string(), value.to_string());
         let pairs: Vec<(String, String)> = settings.clone().into_iter().collect();
-        let new = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
+        let candidate = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
+        // Only the live keys change: restart-only keys stay as in force.
+        let new = with_live_keys(&st.in_force, &candidate, true);
         let old_value = value_of(&st.in_force, key);
         let reserve = settings.get("reserve").map(String::as_str);
-        self.apply(live, &st.in_force, &new, reserve)?;
+        // Check, save, then apply: what is in force is what is saved.
+        reserve_target(live, &new, reserve)?;
         Self::persist(live, &settings, st.evacuate.map(|e| e.0))?;
+        self.apply(live, &st.in_force, &new, reserve)?;
         st.live = settings;
         st.in_force = new;
         let now = value_of(&st.in_force, key);
@@ -320,10 +313,12 @@ impl Settings {
         let mut settings = st.live.clone();
         settings.remove(key);
         let pairs: Vec<(String, String)> = settings.clone().into_iter().collect();
-        let new = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
+        let candidate = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
+        let new = with_live_keys(&st.in_force, &candidate, true);
         let reserve = settings.get("reserve").map(String::as_str);
-        self.apply(live, &st.in_force, &new, reserve)?;
+        reserve_target(live, &new, reserve)?;
         Self::persist(live, &settings, st.evacuate.map(|e| e.0))?;
+        self.apply(live, &st.in_force, &new, reserve)?;
         st.live = settings;
         st.in_force = new;
         let now = if key == "reserve" {
@@ -363,10 +358,7 @@ impl Settings {
         // Only the keys that follow the file live change; the others stay
         // as they are in force, so they are reported again on the next
         // reload until the restart.
-        let mut next = st.in_force.clone();
-        next.migrate = new.migrate;
-        next.heat.sequential_cutoff = new.heat.sequential_cutoff;
-        next.log_level = new.log_level.clone();
+        let next = with_live_keys(&st.in_force, &new, false);
         let reserve = st.live.get("reserve").map(String::as_str);
         let applied = self.apply(live, &st.in_force, &next, reserve)?;
         let effect = |want: Reload| -> Vec<&str> {
@@ -416,8 +408,42 @@ pub fn evacuation_plan(live: &Live, tier: Tier) -> EvacuationStatus {
         would_remain_extents: would_remain,
         extent_size: vol.geometry().extent_size,
         active: false,
-        done: remaining <= would_remain,
+        // Moves in flight hold destination slots already: wait for them.
+        done: remaining <= would_remain && live.migrator.progress().queued == 0,
     }
+}
+
+/// `in_force` with the live keys taken from `from` (the reserve too with
+/// `reserve`): restart-only and format-only keys stay as they are in force.
+fn with_live_keys(in_force: &Config, from: &Config, reserve: bool) -> Config {
+    let mut next = in_force.clone();
+    next.migrate = from.migrate;
+    next.heat.sequential_cutoff = from.heat.sequential_cutoff;
+    next.log_level = from.log_level.clone();
+    if reserve {
+        next.reserve = from.reserve;
+    }
+    next
+}
+
+/// The reserve target (extents) `new` asks for: the live setting's when
+/// there is one, else the geometry's; refused beyond the SSD.
+fn reserve_target(live: &Live, new: &Config, live_reserve: Option<&str>) -> Result<u64, String> {
+    let geo = live.volume.geometry();
+    let es = geo.extent_size;
+    let extents = match (live_reserve, new.reserve) {
+        (Some(_), Some(b)) => b.0.div_ceil(es),
+        _ => u64::from(geo.reserve_extents),
+    };
+    let ssd = u64::from(geo.ssd_slots);
+    if extents > ssd {
+        return Err(format!(
+            "reserve {} is more than the SSD's {} bytes of slots",
+            extents * es,
+            ssd * es
+        ));
+    }
+    Ok(extents)
 }
 
 /// Keys a reload takes from the file into the running daemon.

@@ -69,8 +69,8 @@ impl Allocator {
     /// slips in between); `Err` with the count in use otherwise.
     pub fn close_if_empty(&self, tier: Tier, slots: u32) -> Result<(), u32> {
         let mut inner = self.inner.lock();
-        let quarantined = inner.quarantine.iter().filter(|l| l.tier == tier).count() as u32;
-        let used = slots.saturating_sub(inner.free[tier.index()].len() as u32) + quarantined;
+        // Quarantined slots are not free: they count as in use.
+        let used = slots.saturating_sub(inner.free[tier.index()].len() as u32);
         if used > 0 {
             return Err(used);
         }

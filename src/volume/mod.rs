@@ -148,6 +148,8 @@ pub struct Volume {
     /// goes to the other tier first, and an SSD being drained takes no
     /// writes into the write log.
     evacuating: std::sync::atomic::AtomicU8,
+    /// Serialises changes of the drained tier with SSD replacements.
+    evac_lock: Mutex<()>,
     /// Some SSD extent may have a clean shadow (cleared when a search found
     /// none, set when a shadow is made): spares writes a fruitless search.
     clean_shadows: AtomicBool,
@@ -160,6 +162,8 @@ pub struct Volume {
     meta_dirty: AtomicBool,
     /// Clock time (ns) of the last metadata flush, or of the open.
     meta_flushed_at: std::sync::atomic::AtomicU64,
+    /// Clock time (ns) when the metadata last became dirty.
+    meta_dirty_at: std::sync::atomic::AtomicU64,
     /// The latest flush failed.
     flush_failed: AtomicBool,
     /// Serialises flushes.
@@ -249,6 +253,8 @@ impl Volume {
     /// longer land in the write log. Moving what is there is the
     /// migrator's job.
     pub fn set_evacuating(&self, tier: Option<Tier>) {
+        // Never in the middle of a replacement of the SSD.
+        let _serial = self.evac_lock.lock();
         if tier != Some(Tier::Ssd) {
             // A replaced SSD's slots open again when its draining ends.
             self.alloc.reopen(Tier::Ssd);
@@ -378,9 +384,17 @@ impl Volume {
     /// flush). Heat is advisory: losing recent heat in a crash is accepted.
     pub(crate) fn save_heat(&self) -> VolumeResult<()> {
         self.store.put(HEAT_KEY, &self.heat.snapshot())?;
-        self.meta_dirty
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.mark_meta_dirty();
         Ok(())
+    }
+
+    /// Metadata changed: the next flush must flush the store.
+    pub(crate) fn mark_meta_dirty(&self) {
+        use std::sync::atomic::Ordering;
+        if !self.meta_dirty.swap(true, Ordering::AcqRel) {
+            self.meta_dirty_at
+                .store(self.clock.now().as_nanos() as u64, Ordering::Relaxed);
+        }
     }
 
     /// The operator's live settings as last saved (an opaque blob the
@@ -393,8 +407,7 @@ impl Volume {
     /// never holds a mapping ahead of the data it points at.
     pub fn save_settings(&self, raw: &[u8]) -> VolumeResult<()> {
         self.store.put(SETTINGS_KEY, raw)?;
-        self.meta_dirty
-            .store(true, std::sync::atomic::Ordering::Release);
+        self.mark_meta_dirty();
         self.flush()
     }
 

@@ -623,7 +623,7 @@ impl Volume {
             }
         }
         if !committed.is_empty() {
-            self.meta_dirty.store(true, Ordering::Release);
+            self.mark_meta_dirty();
         }
         (
             Committed {

@@ -348,6 +348,7 @@ impl Volume {
             log_enabled: AtomicBool::new(opts.write_log),
             shadows_enabled: AtomicBool::new(opts.shadows),
             evacuating: std::sync::atomic::AtomicU8::new(0),
+            evac_lock: Mutex::new(()),
             clean_shadows: AtomicBool::new(true),
             no_idle_clean: std::sync::atomic::AtomicU64::new(u64::MAX),
             // A previous process may have left writes in the OS cache that
@@ -355,6 +356,7 @@ impl Volume {
             dirty: [AtomicBool::new(true), AtomicBool::new(true)],
             meta_dirty: AtomicBool::new(true),
             meta_flushed_at: std::sync::atomic::AtomicU64::new(opts.clock.now().as_nanos() as u64),
+            meta_dirty_at: std::sync::atomic::AtomicU64::new(opts.clock.now().as_nanos() as u64),
             flush_failed: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
             gens: (0..logical).map(|_| AtomicU32::new(0)).collect(),

@@ -2,8 +2,6 @@
 //! the metadata store, steer where new extents are allocated, and the
 //! migrator honours them on its next round.
 
-use std::sync::atomic::Ordering;
-
 use serde::{Deserialize, Serialize};
 
 use super::geometry::Tier;
@@ -55,7 +53,7 @@ impl Volume {
         }
         let json = serde_json::to_vec(&new).map_err(|e| VolumeError::Corrupt(e.to_string()))?;
         self.store.put(PINS_KEY, &json)?;
-        self.meta_dirty.store(true, Ordering::Release);
+        self.mark_meta_dirty();
         *pins = new;
         Ok(())
     }

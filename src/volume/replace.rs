@@ -10,12 +10,17 @@
 //! 2. check the new device (big enough, nothing on it unless forced) and
 //!    write it a superblock of this volume with a creation stamp newer
 //!    than the old one's; sync it;
-//! 3. swap the device in (the same I/O meter goes on counting);
-//! 4. record the new stamp and path in the metadata store and flush.
+//! 3. record the new stamp and path in the metadata store and flush (if
+//!    that fails, the old values are put back, so no later flush can make
+//!    the store name a device that is not in use);
+//! 4. swap the device in (the same I/O meter goes on counting).
 //!
-//! A crash before 4 leaves a store that accepts either device as the SSD:
-//! neither holds data the mapping points at. After 4 the old device is
-//! refused at open, naming the new path ([`check_replaced`]). The SSD's
+//! A crash before 3 leaves a store that accepts the old device (neither
+//! holds data the mapping points at, and the new one has no record yet).
+//! After 3 the old device is refused at open, naming the new path
+//! ([`check_replaced`]), and the new one is accepted; the SSD is empty
+//! either way. The whole replacement runs under the lock that changing the
+//! drained tier takes, so a cancel cannot open the SSD's slots midway; the
 //! slots stay closed until draining ends ([`Volume::set_evacuating`]).
 
 use std::sync::Arc;
@@ -38,7 +43,7 @@ pub(super) fn check_replaced(
     ssd: &Superblock,
     device: String,
 ) -> VolumeResult<()> {
-    let Some(raw) = store.get(SSD_CREATED_KEY)? else {
+    let Some(raw) = store.get(SSD_CREATED_KEY)?.filter(|r| !r.is_empty()) else {
         return Ok(());
     };
     let want: u64 = String::from_utf8_lossy(&raw)
@@ -68,6 +73,7 @@ impl Volume {
         path: &str,
         force: bool,
     ) -> VolumeResult<()> {
+        let _serial = self.evac_lock.lock();
         if self.evacuating() != Some(Tier::Ssd) {
             return Err(VolumeError::Replace(
                 "the SSD is not being drained: run `tierctl evacuate ssd` and wait until it is empty".into(),
@@ -147,17 +153,31 @@ impl Volume {
         new.write_at(&sb.encode(), 0)
             .map_err(io_err(new.as_ref()))?;
         new.sync().map_err(io_err(new.as_ref()))?;
+        let old = [
+            self.store.get(SSD_CREATED_KEY)?.unwrap_or_default(),
+            self.store.get(SSD_PATH_KEY)?.unwrap_or_default(),
+        ];
+        let recorded = self
+            .store
+            .put(SSD_CREATED_KEY, created.to_string().as_bytes())
+            .and_then(|()| self.store.put(SSD_PATH_KEY, path.as_bytes()))
+            .map_err(VolumeError::from)
+            .and_then(|()| {
+                self.mark_meta_dirty();
+                self.flush()
+            });
+        if let Err(e) = recorded {
+            // No later flush may record a device that is not in use.
+            let _ = self.store.put(SSD_CREATED_KEY, &old[0]);
+            let _ = self.store.put(SSD_PATH_KEY, &old[1]);
+            let _ = self.flush();
+            return Err(e);
+        }
         let name = new.name();
         self.devices.set(
             Tier::Ssd,
             Arc::new(MeteredDevice::with_meter(new, self.meters[0].clone())),
         );
-        self.store
-            .put(SSD_CREATED_KEY, created.to_string().as_bytes())?;
-        self.store.put(SSD_PATH_KEY, path.as_bytes())?;
-        self.meta_dirty
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.flush()?;
         tracing::info!(device = %name, "the SSD was replaced");
         Ok(())
     }

@@ -129,7 +129,7 @@ impl Volume {
                 return Err(e.into());
             }
             self.bump(extent);
-            self.meta_dirty.store(true, Ordering::Release);
+            self.mark_meta_dirty();
             self.alloc.free_deferred(Loc {
                 tier: Tier::Hdd,
                 slot: s.slot,
@@ -207,7 +207,7 @@ impl Volume {
             *m = home;
             drop(guard);
             self.bump(extent);
-            self.meta_dirty.store(true, Ordering::Release);
+            self.mark_meta_dirty();
             self.alloc.free_deferred(ssd);
             self.stats
                 .migrated(Tier::Hdd, crate::units::Reason::Reserve, 0);
@@ -319,7 +319,7 @@ impl Volume {
             *guard = Some(before);
             return Err(e.into());
         }
-        self.meta_dirty.store(true, Ordering::Release);
+        self.mark_meta_dirty();
         for at in dropped {
             self.log.release_deferred(at);
         }
@@ -351,12 +351,28 @@ impl Volume {
         result
     }
 
+    /// Whether the volume can take a flush within `within` (its flush lock
+    /// comes free): a wedged flush, or a device that no longer answers a
+    /// sync, says no. For a watchdog.
+    pub fn responsive(&self, within: Duration) -> bool {
+        self.flush_lock.try_lock_for(within).is_some()
+    }
+
     /// How metadata flushes stand, for health reports.
     pub fn flush_state(&self) -> FlushState {
-        let at = Duration::from_nanos(self.meta_flushed_at.load(Ordering::Relaxed));
+        let now = self.clock.now();
+        let since = |a: &std::sync::atomic::AtomicU64| {
+            now.saturating_sub(Duration::from_nanos(a.load(Ordering::Relaxed)))
+        };
+        let meta_dirty = self.meta_dirty.load(Ordering::Acquire);
         FlushState {
-            since_meta_flush: self.clock.now().saturating_sub(at),
-            meta_dirty: self.meta_dirty.load(Ordering::Acquire),
+            since_meta_flush: since(&self.meta_flushed_at),
+            dirty_for: if meta_dirty {
+                since(&self.meta_dirty_at)
+            } else {
+                Duration::ZERO
+            },
+            meta_dirty,
             last_failed: self.flush_failed.load(Ordering::Relaxed),
         }
     }
@@ -384,7 +400,7 @@ impl Volume {
         }
         if self.meta_dirty.swap(false, Ordering::AcqRel) || force_meta {
             if let Err(e) = self.store.flush() {
-                self.meta_dirty.store(true, Ordering::Release);
+                self.mark_meta_dirty();
                 return Err(e.into());
             }
             self.meta_flushed_at
@@ -401,6 +417,8 @@ pub struct FlushState {
     pub since_meta_flush: Duration,
     /// Metadata changed since that flush.
     pub meta_dirty: bool,
+    /// How long it has been dirty (zero when clean).
+    pub dirty_for: Duration,
     /// The latest flush failed.
     pub last_failed: bool,
 }

@@ -285,7 +285,7 @@ impl Volume {
             }
             return Err(e.into());
         }
-        self.meta_dirty.store(true, Ordering::Release);
+        self.mark_meta_dirty();
         *guard = Some(m);
         Ok(())
     }
@@ -381,7 +381,7 @@ impl Volume {
             *guard = Some(before);
             return Err(e.into());
         }
-        self.meta_dirty.store(true, Ordering::Release);
+        self.mark_meta_dirty();
         if !taken.is_empty() {
             Stats::add(&self.stats.log_writes, 1);
             Stats::add(&self.stats.log_write_bytes, data.len() as u64);

@@ -45,27 +45,37 @@ impl Target {
     /// Connect to the first candidate that accepts; say on stderr when an
     /// earlier one (named by `TIERD_CONTROL`) did not.
     fn connect(&self) -> anyhow::Result<(UnixStream, &Path)> {
-        let mut tried: Vec<(PathBuf, &str, String)> = Vec::new();
+        // (path, where it came from, why it failed, whether something was there)
+        let mut tried: Vec<(PathBuf, &str, String, bool)> = Vec::new();
         for (path, from) in &self.candidates {
             match UnixStream::connect(path) {
                 Ok(s) => {
-                    if let Some((p, f, why)) = tried.iter().find(|t| t.1 == "TIERD_CONTROL") {
-                        eprintln!(
-                            "tierctl: {f} names {} ({why}); using {} instead",
-                            p.display(),
-                            path.display()
-                        );
+                    // Say so when an earlier choice was named or was there
+                    // (a stale socket): this may be another daemon.
+                    for (p, f, why, there) in &tried {
+                        if *f == "TIERD_CONTROL" || *there {
+                            eprintln!(
+                                "tierctl: {} ({f}) did not answer ({why}); using {}",
+                                p.display(),
+                                path.display()
+                            );
+                        }
                     }
                     return Ok((s, path));
                 }
-                Err(e) => tried.push((path.clone(), *from, describe(&e))),
+                Err(e) => tried.push((
+                    path.clone(),
+                    *from,
+                    describe(&e),
+                    e.kind() != std::io::ErrorKind::NotFound,
+                )),
             }
         }
         let list: Vec<String> = tried
             .iter()
-            .map(|(p, from, why)| format!("  {} ({from}): {why}", p.display()))
+            .map(|(p, from, why, _)| format!("  {} ({from}): {why}", p.display()))
             .collect();
-        if let [(p, _, why)] = tried.as_slice() {
+        if let [(p, _, why, _)] = tried.as_slice() {
             bail!(
                 "no daemon at {}: {why}; is tierd running? (start it with `tierd serve`, or point --control or TIERD_CONTROL at its control socket)",
                 p.display()

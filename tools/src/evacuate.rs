@@ -25,7 +25,7 @@ fn other(t: Tier) -> Tier {
 /// The plan in words.
 fn describe(p: &EvacuationStatus) -> String {
     let es = p.extent_size;
-    let movable = p.remaining_extents - p.would_remain_extents;
+    let movable = p.remaining_extents.saturating_sub(p.would_remain_extents);
     let mut s = format!(
         "the {} holds {} extents' worth ({}); {} can move to the {}",
         p.tier,
@@ -102,7 +102,7 @@ pub fn run(
 fn watch(cli: &Cli) -> anyhow::Result<()> {
     let tty = std::io::stderr().is_terminal();
     let mut last = (u64::MAX, Instant::now());
-    let mut last_line = Instant::now() - Duration::from_secs(60);
+    let mut last_line: Option<Instant> = None;
     loop {
         let (st, _): (Status, _) = request(cli, &Request::Status)?;
         let Some(e) = st.evacuation else {
@@ -130,9 +130,9 @@ fn watch(cli: &Cli) -> anyhow::Result<()> {
         );
         if tty {
             eprint!("\r{line}\x1b[K");
-        } else if last_line.elapsed() >= Duration::from_secs(5) || e.done {
+        } else if last_line.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) || e.done {
             eprintln!("{line}");
-            last_line = Instant::now();
+            last_line = Some(Instant::now());
         }
         if e.done {
             if tty {
