@@ -238,7 +238,7 @@ fn tells_systemd_ready_status_watchdog_and_stopping() {
     // A reload says RELOADING=1 with the monotonic time Type=notify-reload
     // wants, then READY=1 with how it went.
     let pid = libc::pid_t::try_from(d.pid()).expect("pid fits");
-    let mut reload = |recv: &mut dyn FnMut() -> String| -> (String, String) {
+    let reload = |recv: &mut dyn FnMut() -> String| -> (String, String) {
         // SAFETY: kill(2) on our own running child.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
         let mut got = Vec::new();
