@@ -168,6 +168,9 @@ pub struct Volume {
     flush_failed: AtomicBool,
     /// Serialises flushes.
     flush_lock: Mutex<()>,
+    /// Held shared by a foreground write from its data write to its record
+    /// in the store, exclusively by a flush around its store flush.
+    meta_gate: RwLock<()>,
     /// Per extent: bumped before every change of its data or mapping (and,
     /// for writes under the shared lock, after it too), so a migration can
     /// tell whether its copy is still current.

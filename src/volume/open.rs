@@ -359,6 +359,7 @@ impl Volume {
             meta_dirty_at: std::sync::atomic::AtomicU64::new(opts.clock.now().as_nanos() as u64),
             flush_failed: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
+            meta_gate: RwLock::new(()),
             gens: (0..logical).map(|_| AtomicU32::new(0)).collect(),
             watched: (0..logical).map(|_| AtomicU32::new(0)).collect(),
             touched: Mutex::new(HashMap::new()),

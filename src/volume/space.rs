@@ -388,7 +388,8 @@ impl Volume {
         Ok(())
     }
 
-    fn flush_inner(&self, force_meta: bool) -> VolumeResult<()> {
+    /// Sync every device written since its last sync.
+    fn sync_dirty(&self) -> VolumeResult<()> {
         for tier in Tier::ALL {
             if self.dirty[tier.index()].swap(false, Ordering::AcqRel) {
                 let dev = self.devices.get(tier);
@@ -398,6 +399,31 @@ impl Volume {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Data first, then the metadata that points at it. A foreground write
+    /// records its new mapping under the metadata gate, after its data
+    /// write: the store is flushed under the gate held exclusively, and
+    /// only once no data write landed since the last sync (else the sync
+    /// runs again, the third time under the gate). So no record reaches
+    /// the disk ahead of the data it points at, even for a write that ran
+    /// while the sync did.
+    fn flush_inner(&self, force_meta: bool) -> VolumeResult<()> {
+        let dirty = || self.dirty.iter().any(|d| d.load(Ordering::Acquire));
+        let mut attempt = 0;
+        let _gate = loop {
+            self.sync_dirty()?;
+            let gate = self.meta_gate.write();
+            if !dirty() {
+                break gate;
+            }
+            attempt += 1;
+            if attempt >= 2 {
+                self.sync_dirty()?;
+                break gate;
+            }
+        };
         if self.meta_dirty.swap(false, Ordering::AcqRel) || force_meta {
             if let Err(e) = self.store.flush() {
                 self.mark_meta_dirty();

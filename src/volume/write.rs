@@ -255,6 +255,9 @@ impl Volume {
         let (first, last) = block_span(p.start, p.len);
         let blocks = self.geo.blocks_per_extent();
         let in_slot = |b: u32| m.written.get(b);
+        // Data write and record under the gate: a flush never persists the
+        // record without the data (see `flush_inner`).
+        let _gate = self.meta_gate.read();
         let result = match self.widen(&m, p.start, data, in_slot) {
             Ok(None) => self.device_write(m.loc, p.start, data),
             Ok(Some((lo, buf))) => self.device_write(m.loc, lo, &buf),
@@ -351,6 +354,8 @@ impl Volume {
             Some(_) => m.logged_at(b).is_some(),
             None => m.written.get(b),
         };
+        // As in `write_locked`: no flush past this point until the record.
+        let _gate = self.meta_gate.read();
         let result = match self.widen(&m, p.start, data, keep) {
             Ok(None) => self.write_blocks(&devs, first, p.start, data),
             Ok(Some((lo, buf))) => self.write_blocks(&devs, first, lo, &buf),
