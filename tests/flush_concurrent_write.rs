@@ -77,13 +77,15 @@ fn a_write_during_the_sync_never_has_its_mapping_persisted_without_its_data() {
     // Extent 0 takes SSD slot 0, extent 5 slot 1; then extent 0 is
     // trimmed, and once that is durable its slot (holding 0xAA) is free.
     vol.write(0, &old, false).expect("write old");
-    vol.write(5 * EXTENT, &[0xCC; 4096], false).expect("write 5");
+    vol.write(5 * EXTENT, &[0xCC; 4096], false)
+        .expect("write 5");
     vol.flush().expect("flush");
     vol.discard(0, EXTENT, false, false, false).expect("trim");
     vol.flush().expect("flush the trim");
     vol.flush().expect("flush again");
     // An in-place write dirties the SSD, so the next flush syncs it.
-    vol.write(5 * EXTENT, &[0xCD; 4096], false).expect("in place");
+    vol.write(5 * EXTENT, &[0xCD; 4096], false)
+        .expect("in place");
     ssd.armed.store(true, Ordering::Release);
     let flusher = {
         let vol = vol.clone();
