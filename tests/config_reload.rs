@@ -223,8 +223,14 @@ fn tells_systemd_ready_status_watchdog_and_stopping() {
     };
     let msg = recv();
     assert!(msg.lines().any(|l| l == "READY=1"), "{msg:?}");
+    // A reload the moment tierd is ready does not kill it: SIGHUP is
+    // watched before READY=1.
+    let pid = libc::pid_t::try_from(d.pid()).expect("pid fits");
+    // SAFETY: kill(2) on our own running child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
     // Ready means listening: the control socket answers.
     assert!(answers(&d.data_dir().join("control.sock")));
+    assert!(d.is_running(), "a SIGHUP right after READY=1 killed tierd");
     // Then the health in the status line, and watchdog pings.
     let mut seen = Vec::new();
     while !(seen
@@ -237,7 +243,6 @@ fn tells_systemd_ready_status_watchdog_and_stopping() {
     }
     // A reload says RELOADING=1 with the monotonic time Type=notify-reload
     // wants, then READY=1 with how it went.
-    let pid = libc::pid_t::try_from(d.pid()).expect("pid fits");
     let reload = |recv: &mut dyn FnMut() -> String| -> (String, String) {
         // SAFETY: kill(2) on our own running child.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);

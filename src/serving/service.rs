@@ -486,7 +486,8 @@ pub async fn run_with(
             }
         });
     }
-    sd_notify("READY=1\nSTATUS=serving");
+    // SIGHUP is watched before systemd hears we are ready: a reload it
+    // sends at once must not kill the process (SIGHUP's default action).
     let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -494,6 +495,7 @@ pub async fn run_with(
             None
         }
     };
+    sd_notify("READY=1\nSTATUS=serving");
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
