@@ -261,6 +261,27 @@ impl Settings {
             .map_err(|e| format!("saving the live settings: {e}"))
     }
 
+    /// Put `settings` in force in place of the live settings: only the
+    /// live keys change (restart-only keys stay as in force); checked,
+    /// saved, then applied, so what is in force is what is saved.
+    fn commit(
+        &self,
+        live: &Live,
+        st: &mut State,
+        settings: BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let pairs: Vec<(String, String)> = settings.clone().into_iter().collect();
+        let candidate = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
+        let new = with_live_keys(&st.in_force, &candidate, true);
+        let reserve = settings.get("reserve").map(String::as_str);
+        reserve_target(live, &new, reserve)?;
+        Self::persist(live, &settings, st.evacuate.map(|e| e.0))?;
+        self.apply(live, &st.in_force, &new, reserve)?;
+        st.live = settings;
+        st.in_force = new;
+        Ok(())
+    }
+
     /// `tierctl config set KEY VALUE`: validate, apply, persist. Returns
     /// what was done.
     pub fn set(&self, live: &Live, key: &str, value: &str) -> Result<String, String> {
@@ -282,18 +303,8 @@ impl Settings {
         let mut st = self.state.lock();
         let mut settings = st.live.clone();
         settings.insert(key.to_string(), value.to_string());
-        let pairs: Vec<(String, String)> = settings.clone().into_iter().collect();
-        let candidate = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
-        // Only the live keys change: restart-only keys stay as in force.
-        let new = with_live_keys(&st.in_force, &candidate, true);
         let old_value = value_of(&st.in_force, key);
-        let reserve = settings.get("reserve").map(String::as_str);
-        // Check, save, then apply: what is in force is what is saved.
-        reserve_target(live, &new, reserve)?;
-        Self::persist(live, &settings, st.evacuate.map(|e| e.0))?;
-        self.apply(live, &st.in_force, &new, reserve)?;
-        st.live = settings;
-        st.in_force = new;
+        self.commit(live, &mut st, settings)?;
         let now = value_of(&st.in_force, key);
         info!(key, from = %old_value, to = %now, "live setting changed by the operator");
         Ok(format!(
@@ -312,15 +323,7 @@ impl Settings {
         }
         let mut settings = st.live.clone();
         settings.remove(key);
-        let pairs: Vec<(String, String)> = settings.clone().into_iter().collect();
-        let candidate = st.base.overridden(&pairs).map_err(|e| e.to_string())?;
-        let new = with_live_keys(&st.in_force, &candidate, true);
-        let reserve = settings.get("reserve").map(String::as_str);
-        reserve_target(live, &new, reserve)?;
-        Self::persist(live, &settings, st.evacuate.map(|e| e.0))?;
-        self.apply(live, &st.in_force, &new, reserve)?;
-        st.live = settings;
-        st.in_force = new;
+        self.commit(live, &mut st, settings)?;
         let now = if key == "reserve" {
             format!(
                 "the format-time {} bytes",
