@@ -286,29 +286,56 @@ mod engine {
         b
     }
 
-    #[test]
-    fn replacement_survives_power_cuts_refuses_the_old_ssd_and_fails_cleanly() {
-        let ssd_mem = Arc::new(MemDevice::with_power_model(SIZE));
-        let hdd_mem = Arc::new(MemDevice::with_power_model((1 << 20) + 64 * EXTENT));
-        let new_mem = Arc::new(MemDevice::with_power_model(SIZE));
-        let new_faulty = Arc::new(FaultDevice::new(new_mem.clone(), 7));
-        let store = Arc::new(MemStore::new());
-        let (ssd, hdd): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) =
-            (ssd_mem.clone(), hdd_mem.clone());
-        let opts = FormatOptions {
-            extent_size: EXTENT,
-            reserve: Some(4 * EXTENT),
-            force: false,
-        };
-        Volume::format(
-            &Devices {
+    /// Memory devices (the SSD, the HDD and a spare SSD) and a store, with
+    /// the first two formatted as a volume.
+    struct Rig {
+        ssd_mem: Arc<MemDevice>,
+        hdd_mem: Arc<MemDevice>,
+        new_mem: Arc<MemDevice>,
+        store: Arc<MemStore>,
+        ssd: Arc<dyn BlockDevice>,
+        hdd: Arc<dyn BlockDevice>,
+    }
+
+    impl Rig {
+        fn formatted() -> Rig {
+            let ssd_mem = Arc::new(MemDevice::with_power_model(SIZE));
+            let hdd_mem = Arc::new(MemDevice::with_power_model((1 << 20) + 64 * EXTENT));
+            let (ssd, hdd): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) =
+                (ssd_mem.clone(), hdd_mem.clone());
+            let store = Arc::new(MemStore::new());
+            let opts = FormatOptions {
+                extent_size: EXTENT,
+                reserve: Some(4 * EXTENT),
+                force: false,
+            };
+            let devices = Devices {
                 ssd: ssd.clone(),
                 hdd: hdd.clone(),
-            },
-            store.as_ref(),
-            &opts,
-        )
-        .expect("format");
+            };
+            Volume::format(&devices, store.as_ref(), &opts).expect("format");
+            Rig {
+                ssd_mem,
+                hdd_mem,
+                new_mem: Arc::new(MemDevice::with_power_model(SIZE)),
+                store,
+                ssd,
+                hdd,
+            }
+        }
+    }
+
+    #[test]
+    fn replacement_survives_power_cuts_refuses_the_old_ssd_and_fails_cleanly() {
+        let Rig {
+            ssd_mem,
+            hdd_mem,
+            new_mem,
+            store,
+            ssd,
+            hdd,
+        } = Rig::formatted();
+        let new_faulty = Arc::new(FaultDevice::new(new_mem.clone(), 7));
         let vol = open(&ssd, &hdd, &store).expect("open");
         let a = pattern(1, 8 * EXTENT as usize);
         vol.write(0, &a, false).expect("write");
@@ -374,26 +401,14 @@ mod engine {
 
     #[test]
     fn a_failed_replacement_and_a_power_cut_leave_the_old_ssd_in_service() {
-        let ssd_mem = Arc::new(MemDevice::with_power_model(SIZE));
-        let hdd_mem = Arc::new(MemDevice::with_power_model((1 << 20) + 64 * EXTENT));
-        let new_mem = Arc::new(MemDevice::with_power_model(SIZE));
-        let store = Arc::new(MemStore::new());
-        let (ssd, hdd): (Arc<dyn BlockDevice>, Arc<dyn BlockDevice>) =
-            (ssd_mem.clone(), hdd_mem.clone());
-        let opts = FormatOptions {
-            extent_size: EXTENT,
-            reserve: Some(4 * EXTENT),
-            force: false,
-        };
-        Volume::format(
-            &Devices {
-                ssd: ssd.clone(),
-                hdd: hdd.clone(),
-            },
-            store.as_ref(),
-            &opts,
-        )
-        .expect("format");
+        let Rig {
+            ssd_mem,
+            hdd_mem,
+            new_mem,
+            store,
+            ssd,
+            hdd,
+        } = Rig::formatted();
         let vol = open(&ssd, &hdd, &store).expect("open");
         let a = pattern(5, 8 * EXTENT as usize);
         vol.write(0, &a, false).expect("write");
