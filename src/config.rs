@@ -73,6 +73,10 @@ pub struct Config {
     /// each taking, running and answering whole requests; 0 serves them on
     /// the async loop, as TLS connections always are. Default 16.
     pub nbd_threads: usize,
+    /// On those threads, READs longer than 16 KiB of data at rest in an
+    /// image file are sent without copying it (splice from the page
+    /// cache). Default true.
+    pub nbd_zero_copy: bool,
     /// Time a client has from connecting to the end of its handshake
     /// (including STARTTLS). Default `30s`.
     #[serde(with = "duration_secs")]
@@ -121,6 +125,7 @@ impl Default for Config {
             shadows: true,
             max_connections: 256,
             nbd_threads: 16,
+            nbd_zero_copy: true,
             handshake_timeout: std::time::Duration::from_secs(30),
             tls_cert: None,
             tls_key: None,

@@ -249,6 +249,8 @@ fn counters_follow_real_io() {
         "tierd_migration_backing_off",
         "tierd_active_bytes",
         "tierd_read_unmapped_bytes_total",
+        "tierd_zero_copy_reads_total",
+        "tierd_zero_copy_read_bytes_total",
         "process_threads",
         "process_virtual_memory_bytes",
         "process_max_fds",

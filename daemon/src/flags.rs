@@ -119,6 +119,11 @@ const FLAGS: &[Flag] = {
             "Threads per NBD connection on plain sockets; 0 for the async loop (default 16)",
         ),
         flag(
+            "nbd-zero-copy",
+            Value("BOOL"),
+            "Send long reads of image-file data without copying it (default true)",
+        ),
+        flag(
             "handshake-timeout",
             Value("DURATION"),
             "Time allowed for a client's handshake, e.g. 30s, 500ms (default 30s)",

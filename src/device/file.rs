@@ -1,8 +1,21 @@
 //! [`FileDevice`]: an image file or a block device, with positioned I/O
-//! (pread/pwrite), optional O_DIRECT and fdatasync for durability.
+//! (pread/pwrite), optional O_DIRECT and fdatasync for durability, and
+//! zero-copy reads into a pipe (splice) for image files in the page cache.
+//!
+//! Zero-copy and reuse: a spliced page stays shared with the file's page
+//! cache until the pipe's reader (through a socket, the NBD client) has
+//! copied it, which may be long after the read. Pages are only ever
+//! rewritten in place with newer data of the same volume blocks (which a
+//! read overlapping the write may see, as NBD allows), except when a slot
+//! changes owner: then the volume calls [`BlockDevice::forget`] first,
+//! which drops the range from the page cache (`FALLOC_FL_ZERO_RANGE`, or
+//! `PUNCH_HOLE` where that is missing) so that pages in flight keep their
+//! old contents and the new data goes to new pages. Only filesystems whose
+//! fallocate is known to do that (ext4, XFS, btrfs, tmpfs) splice.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +27,10 @@ use super::{check_range, BlockDevice};
 /// Alignment used for O_DIRECT transfers (covers 512 B and 4 KiB sectors).
 const DIRECT_ALIGN: usize = 4096;
 
+/// `statfs` magic numbers of the filesystems whose `fallocate` drops a
+/// range's cached pages (ext4, XFS, btrfs, tmpfs).
+const SPLICE_FILESYSTEMS: [u64; 4] = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994];
+
 /// A device backed by a regular file or a block device node.
 pub struct FileDevice {
     file: File,
@@ -24,6 +41,12 @@ pub struct FileDevice {
     rmw: Mutex<()>,
     /// The kernel refused RWF_NOWAIT writes once: do not try again.
     no_nowait_writes: AtomicBool,
+    /// Reads may be spliced: a buffered image file on a filesystem that
+    /// [`BlockDevice::forget`] works on.
+    splice: bool,
+    /// A read was spliced: from now on [`BlockDevice::forget`] must drop
+    /// pages (before, nothing can share them).
+    spliced: AtomicBool,
 }
 
 impl FileDevice {
@@ -53,6 +76,7 @@ impl FileDevice {
                 ),
             ));
         };
+        let splice = !direct && meta.is_file() && Self::forgets_pages(&file);
         Ok(FileDevice {
             file,
             path: path.to_path_buf(),
@@ -60,7 +84,23 @@ impl FileDevice {
             direct,
             rmw: Mutex::new(()),
             no_nowait_writes: AtomicBool::new(false),
+            splice,
+            spliced: AtomicBool::new(false),
         })
+    }
+
+    /// Whether `file` lives on a filesystem whose fallocate detaches cached
+    /// pages (see the module documentation).
+    fn forgets_pages(file: &File) -> bool {
+        rustix::fs::fstatfs(file)
+            .map(|st| SPLICE_FILESYSTEMS.contains(&(st.f_type as u64)))
+            .unwrap_or(false)
+    }
+
+    /// Whether reads of this device can be spliced
+    /// ([`BlockDevice::read_to_pipe`] answers).
+    pub fn splices(&self) -> bool {
+        self.splice
     }
 
     /// Create a sparse image file of `size` bytes (fails if it exists).
@@ -203,6 +243,82 @@ impl BlockDevice for FileDevice {
         self.file.write_all_at(bounce.buf(), start)
     }
 
+    fn read_to_pipe(
+        &self,
+        pipe: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Option<io::Result<()>> {
+        use rustix::io::Errno;
+        use rustix::pipe::{splice, SpliceFlags};
+        if !self.splice {
+            return None;
+        }
+        if let Err(e) = check_range(self.size, offset, len) {
+            return Some(Err(e));
+        }
+        // Before the first page is shared (see `forget`).
+        self.spliced.store(true, Ordering::SeqCst);
+        let (mut at, mut left) = (offset, len);
+        while left > 0 {
+            // Non-blocking on the pipe: the caller made room for all of
+            // it, so a full pipe is an error, never a wait on ourselves.
+            match splice(
+                &self.file,
+                Some(&mut at),
+                pipe,
+                None,
+                left,
+                SpliceFlags::NONBLOCK,
+            ) {
+                Ok(0) => {
+                    return Some(Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("{}: end of file at {at}", self.path.display()),
+                    )))
+                }
+                Ok(n) => left -= n,
+                Err(Errno::INTR) => {}
+                Err(e) => return Some(Err(e.into())),
+            }
+        }
+        Some(Ok(()))
+    }
+
+    fn forget(&self, offset: u64, len: u64) -> io::Result<()> {
+        use rustix::fs::{fallocate, FallocateFlags};
+        if !self.spliced.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let page = DIRECT_ALIGN as u64;
+        if !offset.is_multiple_of(page) || !len.is_multiple_of(page) {
+            // A partial page would be zeroed in place, under a reader.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("forget {offset}+{len}: not whole pages"),
+            ));
+        }
+        check_range(self.size, offset, len as usize)?;
+        let keep = FallocateFlags::KEEP_SIZE;
+        match fallocate(&self.file, FallocateFlags::ZERO_RANGE | keep, offset, len) {
+            Ok(()) => Ok(()),
+            Err(rustix::io::Errno::OPNOTSUPP) => {
+                fallocate(&self.file, FallocateFlags::PUNCH_HOLE | keep, offset, len)
+                    .map_err(io::Error::from)
+            }
+            Err(e) => Err(e.into()),
+        }
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: cannot drop the cached pages of {offset}+{len} before reuse: {e}",
+                    self.path.display()
+                ),
+            )
+        })
+    }
+
     fn sync(&self) -> io::Result<()> {
         self.file.sync_data()
     }
@@ -253,6 +369,57 @@ mod tests {
     #[test]
     fn direct_roundtrip() {
         roundtrip(true);
+    }
+
+    /// Drain `len` bytes from the read end of a pipe.
+    fn drain(r: &std::os::fd::OwnedFd, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            let n = rustix::io::read(r, &mut out[got..]).unwrap();
+            assert!(n > 0, "pipe ended early");
+            got += n;
+        }
+        out
+    }
+
+    /// What zero-copy reads rely on: a page in a pipe shares the page
+    /// cache, so rewriting the range in place changes what the reader gets,
+    /// unless the range was forgotten first.
+    #[test]
+    fn spliced_pages_keep_their_data_once_the_range_is_forgotten() {
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let path = dir.path().join("dev.img");
+        FileDevice::create_image(&path, 1 << 20).unwrap();
+        let dev = FileDevice::open(&path, false).unwrap();
+        assert!(dev.splices(), "ext4 or tmpfs under the repository splices");
+        let len = 64 * 1024;
+        for forget in [false, true] {
+            dev.write_at(&vec![b'A'; len], 8192).unwrap();
+            let (r, w) = rustix::pipe::pipe().unwrap();
+            dev.read_to_pipe(w.as_fd(), 8192, len)
+                .expect("splices")
+                .unwrap();
+            if forget {
+                dev.forget(8192, len as u64).unwrap();
+            }
+            dev.write_at(&vec![b'B'; len], 8192).unwrap();
+            let got = drain(&r, len);
+            let want = if forget { b'A' } else { b'B' };
+            assert!(
+                got.iter().all(|&b| b == want),
+                "forget={forget}: the reader saw {:?}",
+                got.iter()
+                    .copied()
+                    .collect::<std::collections::BTreeSet<u8>>()
+            );
+        }
+        assert!(dev.forget(100, 4096).is_err(), "partial pages are refused");
+        // O_DIRECT devices do not splice.
+        let direct = FileDevice::open(&path, true).unwrap();
+        let (_r, w) = rustix::pipe::pipe().unwrap();
+        assert!(direct.read_to_pipe(w.as_fd(), 0, 4096).is_none());
     }
 
     #[test]

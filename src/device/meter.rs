@@ -334,6 +334,26 @@ impl BlockDevice for MeteredDevice {
         r
     }
 
+    fn read_to_pipe(
+        &self,
+        pipe: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Option<io::Result<()>> {
+        // Timed as a read: the pages are looked up (or read) now.
+        let t = self.meter.begin();
+        let r = self.inner.read_to_pipe(pipe, offset, len);
+        match r {
+            Some(_) => self.meter.end(IoOp::Read, t),
+            None => self.meter.cancel(),
+        }
+        r
+    }
+
+    fn forget(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.forget(offset, len)
+    }
+
     fn sync(&self) -> io::Result<()> {
         self.timed(IoOp::Sync, || self.inner.sync())
     }

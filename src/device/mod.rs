@@ -23,6 +23,7 @@ pub use null::NullDevice;
 pub use timed::TimedDevice;
 
 use std::io;
+use std::os::fd::BorrowedFd;
 
 /// A fixed-size, byte-addressed device with positioned I/O.
 ///
@@ -45,6 +46,33 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// possible now; nothing was written then.
     fn write_at_nowait(&self, _buf: &[u8], _offset: u64) -> Option<io::Result<()>> {
         None
+    }
+    /// Move `len` bytes at `offset` into the pipe `pipe` without copying
+    /// them (splice: the pipe takes references to the cached pages). `None`
+    /// when the device cannot (not a plain file, a modelled or faulty
+    /// device, zero-copy off); nothing was moved then. On `Some(Err)` part
+    /// of the data may be in the pipe. The caller keeps the pipe's capacity
+    /// at least `len`.
+    ///
+    /// A page handed out so stays shared with the device's cache until the
+    /// pipe's reader is done with it, so a range whose data dies and is
+    /// then written with other data must be [`forget`](Self::forget)ten
+    /// first, or the reader could see the new data.
+    fn read_to_pipe(
+        &self,
+        _pipe: BorrowedFd<'_>,
+        _offset: u64,
+        _len: usize,
+    ) -> Option<io::Result<()>> {
+        None
+    }
+    /// The data of `[offset, offset+len)` is dead and the range is about to
+    /// be written with other data: detach it from anything
+    /// [`read_to_pipe`](Self::read_to_pipe) handed out, so pages already in a
+    /// pipe keep their old contents. The range reads as zeros or stays as
+    /// it was, unspecified. A no-op for a device that never splices.
+    fn forget(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
     }
     /// Make every completed write durable (fdatasync).
     fn sync(&self) -> io::Result<()>;

@@ -15,6 +15,7 @@
 //! values are the `E*` constants of [`proto`](super::proto)).
 
 use std::io;
+use std::os::fd::BorrowedFd;
 
 use super::proto;
 use crate::units::IoHint;
@@ -159,6 +160,21 @@ pub trait Export: Send + Sync + 'static {
     fn size(&self) -> u64;
     /// Fill `buf` with the bytes at `offset`.
     fn read(&self, offset: u64, buf: &mut [u8], ctx: IoCtx) -> Result<(), ExportError>;
+    /// Zero-copy READ (a capability): move the `len` bytes at `offset`
+    /// into the pipe `pipe`, for the server to splice to the socket, and
+    /// keep them the data of that range while they are in flight. `None`
+    /// when the export cannot for this range: nothing was done and the
+    /// server calls [`Export::read`]. On `Some(Err)` part of the data may be
+    /// in the pipe. The pipe has room for `len` bytes; `ctx` may block.
+    fn read_to_pipe(
+        &self,
+        _offset: u64,
+        _len: u64,
+        _pipe: BorrowedFd<'_>,
+        _ctx: IoCtx,
+    ) -> Option<Result<(), ExportError>> {
+        None
+    }
     /// Store `data` at `offset`; with [`IoCtx::fua`] it is durable before
     /// returning.
     fn write(&self, offset: u64, data: &[u8], ctx: IoCtx) -> Result<(), ExportError>;

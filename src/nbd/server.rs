@@ -78,6 +78,10 @@ pub struct ServerOptions {
     /// `max_in_flight`); 0 serves those connections on the async loop, as
     /// TLS and other streams always are.
     pub threads: usize,
+    /// On those threads, READs longer than 16 KiB are sent without copying
+    /// their data when the export can hand it out as pages
+    /// ([`Export::read_to_pipe`](super::Export::read_to_pipe)).
+    pub zero_copy: bool,
     /// When set, TLS is required: a client must upgrade with
     /// `NBD_OPT_STARTTLS` first; every other option except `NBD_OPT_ABORT`
     /// is refused with `NBD_REP_ERR_TLS_REQD` until it has. When `None`,
@@ -99,6 +103,7 @@ impl Default for ServerOptions {
             max_in_flight: 64,
             max_in_flight_bytes: 128 * 1024 * 1024,
             threads: 16,
+            zero_copy: true,
             tls: None,
             observer: Arc::new(NoObserver),
         }

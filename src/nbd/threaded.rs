@@ -42,6 +42,7 @@
 use std::any::Any;
 use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::net::Shutdown;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -55,6 +56,7 @@ use super::proto;
 use super::reply::{error_reply, ok_reply, read_reply_head, success_reply};
 use super::request::{discard_blocking, read_header_blocking, validate, Op};
 use super::server::{ConnectionError, RequestObserver, ServerOptions};
+use super::splice::{send_spliced, Pipe};
 use super::transmission::{byte_budget, run_op, REQUEST_OVERHEAD};
 use crate::listen::Stop;
 use crate::units::IoHint;
@@ -85,6 +87,13 @@ impl Sock {
             Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
             Sock::Unix(s) => Sock::Unix(s.try_clone()?),
         })
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Sock::Tcp(s) => s.as_fd(),
+            Sock::Unix(s) => s.as_fd(),
+        }
     }
 
     fn shutdown(&self, how: Shutdown) -> io::Result<()> {
@@ -199,6 +208,16 @@ impl Replies {
         r
     }
 
+    /// Send what is queued, then `head`, then `len` bytes out of `pipe`
+    /// (a zero-copy READ reply).
+    fn push_spliced(&mut self, head: &[u8], pipe: &Pipe, len: usize) -> io::Result<()> {
+        self.buf.extend_from_slice(head);
+        let more = matches!(self.sock, Sock::Tcp(_));
+        let r = send_spliced(self.sock.fd(), more, &self.buf, pipe, len);
+        self.buf.clear();
+        r
+    }
+
     /// Send what is queued.
     fn flush(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
@@ -257,12 +276,50 @@ struct Room {
     waiting: bool,
 }
 
+/// A serving thread's pipe for zero-copy READs.
+enum Spliced {
+    /// None made yet.
+    Untried,
+    /// The pipe.
+    Ready(Pipe),
+    /// No pipe could be made: READs are copied.
+    Off,
+}
+
+impl Spliced {
+    /// The pipe, made on first use, if it can take `len` bytes.
+    fn get(&mut self, len: usize) -> Option<&Pipe> {
+        if matches!(self, Spliced::Untried) {
+            *self = match Pipe::new() {
+                Ok(p) => Spliced::Ready(p),
+                Err(e) => {
+                    debug!("no pipe for zero-copy reads, copying them: {e}");
+                    Spliced::Off
+                }
+            };
+        }
+        match self {
+            Spliced::Ready(p) if len <= p.room() => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Drop the pipe (it may hold stale data); a new one is made next time.
+    fn discard(&mut self) {
+        if matches!(self, Spliced::Ready(_)) {
+            *self = Spliced::Untried;
+        }
+    }
+}
+
 /// What every thread of one connection shares.
 struct Shared {
     export: Arc<dyn Export>,
     observer: Arc<dyn RequestObserver>,
     session: Session,
     max_request: u32,
+    /// READs past [`COPY_LIMIT`] may be spliced ([`ServerOptions::zero_copy`]).
+    zero_copy: bool,
     max_threads: usize,
     /// The pool size while requests are fast: two threads per CPU.
     cpu_threads: usize,
@@ -307,6 +364,7 @@ pub(super) async fn transmission(
         observer: Arc::clone(&opts.observer),
         session,
         max_request: opts.max_request,
+        zero_copy: opts.zero_copy,
         max_threads: opts.threads.min(opts.max_in_flight).max(1),
         cpu_threads: std::thread::available_parallelism().map_or(2, |n| 2 * n.get()),
         waited: AtomicU32::new(0),
@@ -401,6 +459,8 @@ impl Shared {
     /// One thread's loop: take a request, run it, answer it.
     fn serve(self: &Arc<Self>) {
         let mut buf = Vec::new();
+        // For zero-copy READs, made at the first one.
+        let mut pipe = Spliced::Untried;
         // The reader, kept after a READ answered on the spot.
         let mut held: Option<MutexGuard<'_, Reader>> = None;
         // Replies of READs answered on the spot not sent yet (more requests
@@ -463,7 +523,7 @@ impl Shared {
                 Job::Read { cost, .. } | Job::Write { cost, .. } | Job::Other { cost, .. } => cost,
             };
             self.busy();
-            self.run(job, &mut buf);
+            self.run(job, &mut buf, &mut pipe);
             self.release(cost);
             {
                 let mut pool = lock(&self.pool);
@@ -598,7 +658,7 @@ impl Shared {
     }
 
     /// Run a job on the export and answer it.
-    fn run(&self, job: Job, buf: &mut Vec<u8>) {
+    fn run(&self, job: Job, buf: &mut Vec<u8>, pipe: &mut Spliced) {
         let structured = self.session.structured;
         let export = &*self.export;
         match job {
@@ -611,14 +671,38 @@ impl Shared {
                 ..
             } => {
                 let n = len as usize;
-                let data = room(buf, n);
                 let ctx = IoCtx::blocking().with_hint(hint);
+                let p = if self.zero_copy && n > COPY_LIMIT {
+                    pipe.get(n)
+                } else {
+                    None
+                };
+                let data = room(buf, n);
+                // Spliced into the pipe (`true`), or read into `buf`.
                 let done = self.call("read", u64::from(len), cookie, || {
-                    export.read(offset, data, ctx)
+                    if let Some(p) = p {
+                        if let Some(r) = export.read_to_pipe(offset, u64::from(len), p.input(), ctx)
+                        {
+                            return r.map(|()| true);
+                        }
+                    }
+                    export.read(offset, data, ctx).map(|()| false)
                 });
-                match done.map(|()| read_reply_head(cookie, structured, offset, n)) {
-                    Ok(Ok(head)) => self.reply(&head, &buf[..n]),
-                    Ok(Err(head)) | Err(head) => self.reply(&head, &[]),
+                match done.map(|spliced| (spliced, read_reply_head(cookie, structured, offset, n)))
+                {
+                    Ok((true, Ok(head))) => {
+                        if let Some(p) = pipe.get(n) {
+                            self.send_spliced(&head, p, n);
+                        }
+                    }
+                    Ok((false, Ok(head))) => self.reply(&head, &buf[..n]),
+                    Ok((_, Err(head))) | Err(head) => {
+                        // A failed splice may have left data in the pipe.
+                        if p.is_some() {
+                            pipe.discard();
+                        }
+                        self.reply(&head, &[]);
+                    }
                 }
             }
             Job::Write {
@@ -716,6 +800,17 @@ impl Shared {
                 let msg = "internal server error";
                 Err(error_reply(cookie, structured, proto::EIO, msg))
             }
+        }
+    }
+
+    /// Send a READ reply whose data is in `pipe` (then sent at once, with
+    /// what is queued before it).
+    fn send_spliced(&self, head: &[u8], pipe: &Pipe, len: usize) {
+        let mut w = lock(&self.writer);
+        let result = w.push_spliced(head, pipe, len);
+        drop(w);
+        if let Err(e) = result {
+            self.fail(ConnectionError::Io(e), Shutdown::Both);
         }
     }
 

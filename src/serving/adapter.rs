@@ -3,6 +3,7 @@
 //! one [`VolumeStreams`] over all of them, and the one mapping of
 //! [`VolumeError`] to [`ExportError`].
 
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 use crate::heat::{StreamDetector, VolumeStreams};
@@ -72,6 +73,18 @@ impl Export for VolumeExport {
             Some(r) => r.map_err(export_error),
             None => Err(ExportError::WouldBlock),
         }
+    }
+
+    fn read_to_pipe(
+        &self,
+        offset: u64,
+        len: u64,
+        pipe: BorrowedFd<'_>,
+        ctx: IoCtx,
+    ) -> Option<Result<(), ExportError>> {
+        self.volume
+            .read_to_pipe(offset, len, ctx.hint, pipe)
+            .map(|r| r.map_err(export_error))
     }
 
     fn write(&self, offset: u64, data: &[u8], ctx: IoCtx) -> Result<(), ExportError> {

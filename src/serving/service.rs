@@ -314,6 +314,7 @@ pub async fn run_with(
         read_only: cfg.read_only,
         max_connections: cfg.max_connections,
         threads: cfg.nbd_threads,
+        zero_copy: cfg.nbd_zero_copy,
         handshake_timeout: cfg.handshake_timeout,
         tls: tls.clone(),
         observer: Arc::new(NbdMetrics),

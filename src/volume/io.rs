@@ -9,6 +9,7 @@
 //! block, allocation, discard) takes the write lock, so the zero padding of a
 //! partly written 4 KiB block never races another write to that block.
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -154,6 +155,65 @@ impl Volume {
         hint: IoHint,
     ) -> Option<VolumeResult<()>> {
         self.read_into(offset, buf, hint, false)
+    }
+
+    /// Zero-copy read: move the `len` bytes at `offset` into `pipe` without
+    /// copying them, when they are one contiguous range of a device that
+    /// can splice ([`BlockDevice::read_to_pipe`]): inside one extent, every
+    /// block written and none of them in the write log. Heat and counters
+    /// are recorded as by [`Volume::read_hinted`]. `None` when that is not
+    /// so (or the range is invalid): nothing was done, and the caller reads
+    /// the usual way. On `Some(Err)` the pipe may hold part of the data.
+    ///
+    /// The extent's read lock is held while the pages are taken, so they
+    /// are the extent's; a slot that later changes owner is forgotten first
+    /// ([`Volume::take_slot`]), so they stay the extent's data for as long
+    /// as the pipe's reader needs them.
+    ///
+    /// [`BlockDevice::read_to_pipe`]: crate::device::BlockDevice::read_to_pipe
+    pub fn read_to_pipe(
+        &self,
+        offset: u64,
+        len: u64,
+        hint: IoHint,
+        pipe: BorrowedFd<'_>,
+    ) -> Option<VolumeResult<()>> {
+        if len == 0 || self.check(offset, len).is_err() {
+            return None;
+        }
+        let p = self.pieces(offset, len).next()?;
+        if p.len != len {
+            return None;
+        }
+        let _inflight = InFlight::new(&self.inflight);
+        let guard = self.slot_lock(p.extent).read();
+        let m = guard.as_ref()?;
+        if !matches!(m.written, Written::Full) || !m.logged.is_empty() {
+            return None;
+        }
+        let tier = m.loc.tier;
+        let dev = self.devices.get(tier);
+        let at = self.geo.slot_offset(m.loc.slot) + p.start;
+        let t0 = self.clock.now();
+        let r = dev.read_to_pipe(pipe, at, len as usize)?;
+        drop(guard);
+        let i = tier.index();
+        if let Err(e) = r {
+            Stats::add(&self.stats.dev_errors[i], 1);
+            return Some(Err(io_err(dev.as_ref())(e)));
+        }
+        if tier == Tier::Hdd {
+            let t1 = self.clock.now();
+            self.hdd_latency.sample(t1.saturating_sub(t0), t1);
+        }
+        self.heat.record(offset, len, hint);
+        Stats::add(&self.stats.read_hits[i], 1);
+        Stats::add(&self.stats.read_hit_bytes[i], len);
+        Stats::add(&self.stats.dev_reads[i], 1);
+        Stats::add(&self.stats.dev_read_bytes[i], len);
+        Stats::add(&self.stats.spliced_reads, 1);
+        Stats::add(&self.stats.spliced_read_bytes, len);
+        Some(Ok(()))
     }
 
     /// The read path of both [`Volume::read_hinted`] (`wait`) and

@@ -90,13 +90,25 @@ impl WriteLog {
     }
 
     /// A free place, taking a new segment from `alloc` if the log may grow.
-    pub(crate) fn acquire(&self, alloc: &Allocator) -> Option<LogPos> {
+    /// A new segment's slot is passed to `fresh` before any of its places
+    /// is handed out (the volume detaches it from zero-copy reads of its
+    /// previous owner); if that fails the slot goes back and no place is
+    /// given.
+    pub(crate) fn acquire(
+        &self,
+        alloc: &Allocator,
+        fresh: impl FnOnce(u32) -> bool,
+    ) -> Option<LogPos> {
         let mut inner = self.inner.lock();
         if inner.free.is_empty() {
             if inner.used.len() as u32 >= inner.cap {
                 return None;
             }
-            let Loc { slot, .. } = alloc.alloc(&[Tier::Ssd])?;
+            let loc @ Loc { slot, .. } = alloc.alloc(&[Tier::Ssd])?;
+            if !fresh(slot) {
+                alloc.free_now(loc);
+                return None;
+            }
             inner.used.insert(slot, 0);
             for index in (0..self.places).rev() {
                 inner.free.push(LogPos { slot, index });
@@ -191,17 +203,21 @@ mod tests {
     fn segments_come_from_free_ssd_slots_and_go_back_when_empty() {
         let alloc = Allocator::new([3, 1], std::iter::empty());
         let log = WriteLog::new(1, 2, std::iter::empty());
-        let a = log.acquire(&alloc).unwrap();
-        let b = log.acquire(&alloc).unwrap();
+        let a = log.acquire(&alloc, |_| true).unwrap();
+        let b = log.acquire(&alloc, |_| true).unwrap();
         assert_eq!((a.slot, a.index, b.slot, b.index), (0, 0, 0, 1));
         assert_eq!(alloc.free_count(Tier::Ssd), 2);
         // The cap: one segment.
-        assert_eq!(log.acquire(&alloc), None);
+        assert_eq!(log.acquire(&alloc, |_| true), None);
         log.release_deferred(a);
-        assert_eq!(log.acquire(&alloc), None, "quarantined until a flush");
+        assert_eq!(
+            log.acquire(&alloc, |_| true),
+            None,
+            "quarantined until a flush"
+        );
         let q = log.take_quarantine();
         log.settle(q, true, &alloc);
-        assert_eq!(log.acquire(&alloc), Some(a));
+        assert_eq!(log.acquire(&alloc, |_| true), Some(a));
         log.release_now(a, &alloc);
         log.release_now(b, &alloc);
         assert_eq!(log.usage().segments, 0);
@@ -221,8 +237,14 @@ mod tests {
             }]
             .into_iter(),
         );
-        assert_eq!(log.acquire(&alloc), Some(LogPos { slot: 5, index: 0 }));
-        assert_eq!(log.acquire(&alloc), Some(LogPos { slot: 5, index: 2 }));
+        assert_eq!(
+            log.acquire(&alloc, |_| true),
+            Some(LogPos { slot: 5, index: 0 })
+        );
+        assert_eq!(
+            log.acquire(&alloc, |_| true),
+            Some(LogPos { slot: 5, index: 2 })
+        );
         assert_eq!(log.usage().used, 3);
     }
 }

@@ -364,9 +364,14 @@ impl Volume {
             .min(clean_room);
         let mut dsts = Vec::with_capacity(wanted);
         while dsts.len() < wanted {
-            match self.alloc.alloc(&[goal.tier()]) {
-                Some(d) => dsts.push(d),
-                None => break,
+            match self.take_slot(&[goal.tier()]) {
+                Ok(Some(d)) => dsts.push(d),
+                Ok(None) => break,
+                Err(e) => {
+                    // The moves without a slot end as NoRoom.
+                    tracing::warn!("no slot for a move: {e}");
+                    break;
+                }
             }
         }
         dsts.sort_by_key(|d| std::cmp::Reverse(d.slot));

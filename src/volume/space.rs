@@ -41,15 +41,15 @@ impl Volume {
                 self.flush()?;
             }
         }
-        let mut got = self.alloc.alloc(&order);
+        let mut got = self.take_slot(&order)?;
         if got.is_none() && (self.alloc.quarantined() > 0 || self.log.quarantined() > 0) {
             // Freed slots become reusable once their unmapping is durable.
             self.flush()?;
-            got = self.alloc.alloc(&order);
+            got = self.take_slot(&order)?;
         }
         if got.is_none() && self.drop_shadows(1, Some(extent))? > 0 {
             self.flush()?;
-            got = self.alloc.alloc(&order);
+            got = self.take_slot(&order)?;
         }
         let loc = got.ok_or(VolumeError::NoSpace)?;
         Stats::add(&self.stats.allocations[loc.tier.index()], 1);
@@ -57,6 +57,31 @@ impl Volume {
             Stats::add(&self.stats.spills, 1);
         }
         Ok(loc)
+    }
+
+    /// A free slot from the first tier of `order` that has one, detached
+    /// from pages that zero-copy reads of its previous owner may still hold
+    /// ([`BlockDevice::forget`](crate::device::BlockDevice::forget)): every
+    /// slot handed out for new contents comes through here.
+    pub(crate) fn take_slot(&self, order: &[Tier]) -> VolumeResult<Option<Loc>> {
+        let Some(loc) = self.alloc.alloc(order) else {
+            return Ok(None);
+        };
+        match self.forget_slot(loc.tier, loc.slot) {
+            Ok(()) => Ok(Some(loc)),
+            Err(e) => {
+                self.alloc.free_now(loc);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`BlockDevice::forget`](crate::device::BlockDevice::forget) a whole
+    /// slot.
+    pub(crate) fn forget_slot(&self, tier: Tier, slot: u32) -> VolumeResult<()> {
+        let dev = self.devices.get(tier);
+        dev.forget(self.geo.slot_offset(slot), self.geo.extent_size)
+            .map_err(io_err(dev.as_ref()))
     }
 
     /// Mapped extents other than `except` that `pick` chooses, coldest first

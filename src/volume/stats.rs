@@ -28,6 +28,10 @@ pub struct Stats {
     pub read_unmapped: AtomicU64,
     /// Their bytes.
     pub read_unmapped_bytes: AtomicU64,
+    /// Reads handed out as pages without a copy ([`Volume::read_to_pipe`](super::Volume::read_to_pipe)).
+    pub spliced_reads: AtomicU64,
+    /// Their bytes.
+    pub spliced_read_bytes: AtomicU64,
     /// New extents allocated per tier.
     pub allocations: [AtomicU64; 2],
     /// New extents that went to the HDD because the SSD was full.

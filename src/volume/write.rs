@@ -17,6 +17,20 @@ use crate::units::IoHint;
 const EVICT_BATCH: usize = 4;
 
 impl Volume {
+    /// A write-log place; a new segment is first detached from zero-copy
+    /// reads of its slot's previous owner (if that fails, the log is full).
+    fn log_place(&self) -> Option<LogPos> {
+        self.log.acquire(&self.alloc, |slot| {
+            match self.forget_slot(Tier::Ssd, slot) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!("the write log cannot take a segment: {e}");
+                    false
+                }
+            }
+        })
+    }
+
     /// [`Volume::write_hinted`] without waiting, for writes into blocks that
     /// already hold data in place (no allocation, no metadata change, no
     /// FUA) whose device write goes straight into the page cache. `None`:
@@ -316,14 +330,14 @@ impl Volume {
             let at = match m.logged_at(b) {
                 Some(at) => Some(at),
                 None if use_log && !full => {
-                    let mut got = self.log.acquire(&self.alloc);
+                    let mut got = self.log_place();
                     if got.is_none() && !evicted && self.log.may_grow() {
                         // The reserve was lent to promotions: take it back
                         // now, from extents whose shadow makes leaving free.
                         evicted = true;
                         if self.evict_clean(EVICT_BATCH, Some(p.extent))? > 0 {
                             self.flush()?;
-                            got = self.log.acquire(&self.alloc);
+                            got = self.log_place();
                         }
                     }
                     full = got.is_none();

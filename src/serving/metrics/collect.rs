@@ -49,6 +49,11 @@ pub(super) fn describe() {
         "tierd_read_unmapped_bytes_total",
         "Logical bytes read from unmapped space"
     );
+    describe_counter!(
+        "tierd_zero_copy_reads_total",
+        "Reads sent without the server copying their data (nbd-zero-copy)"
+    );
+    describe_counter!("tierd_zero_copy_read_bytes_total", "Bytes of those reads");
     describe_counter!("tierd_allocations_total", "New extents allocated per tier");
     describe_counter!(
         "tierd_spills_total",
@@ -223,6 +228,8 @@ pub fn collect(live: &Live) {
     }
     counter!("tierd_read_unmapped_total").absolute(Stats::get(&s.read_unmapped));
     counter!("tierd_read_unmapped_bytes_total").absolute(Stats::get(&s.read_unmapped_bytes));
+    counter!("tierd_zero_copy_reads_total").absolute(Stats::get(&s.spliced_reads));
+    counter!("tierd_zero_copy_read_bytes_total").absolute(Stats::get(&s.spliced_read_bytes));
     counter!("tierd_spills_total").absolute(Stats::get(&s.spills));
     counter!("tierd_sequential_bypass_total").absolute(live.heat.bypassed());
     counter!("tierd_migration_aborts_total").absolute(Stats::get(&s.migration_aborts));
