@@ -27,6 +27,14 @@ use super::{check_range, BlockDevice};
 /// Alignment used for O_DIRECT transfers (covers 512 B and 4 KiB sectors).
 const DIRECT_ALIGN: usize = 4096;
 
+/// Buffered writes reach the page cache in pieces of at most this many
+/// bytes, aligned to it. The size of a write decides the size of the page
+/// cache folios it creates, and on ext4 with large folios (Linux 6.x) a
+/// 4 KiB write into a 1 MiB folio walks all 256 of its block buffers: five
+/// times slower than into a 64 KiB one (docs/performance.md), while reads
+/// lose under a sixth.
+const WRITE_CHUNK: u64 = 64 * 1024;
+
 /// `statfs` magic numbers of the filesystems whose `fallocate` drops a
 /// range's cached pages (ext4, XFS, btrfs, tmpfs).
 const SPLICE_FILESYSTEMS: [u64; 4] = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994];
@@ -205,7 +213,10 @@ impl BlockDevice for FileDevice {
         if let Err(e) = check_range(self.size, offset, buf.len()) {
             return Some(Err(e));
         }
-        if self.no_nowait_writes.load(Ordering::Relaxed) {
+        if self.no_nowait_writes.load(Ordering::Relaxed)
+            || offset % WRITE_CHUNK + buf.len() as u64 > WRITE_CHUNK
+        {
+            // Longer than one piece: `write_at` cuts it up.
             return None;
         }
         let iov = [io::IoSlice::new(buf)];
@@ -226,7 +237,16 @@ impl BlockDevice for FileDevice {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         check_range(self.size, offset, buf.len())?;
-        if !self.direct || Self::aligned(offset, buf.len(), buf.as_ptr()) {
+        if !self.direct {
+            let (mut at, mut rest) = (offset, buf);
+            while !rest.is_empty() {
+                let n = ((WRITE_CHUNK - at % WRITE_CHUNK) as usize).min(rest.len());
+                self.file.write_all_at(&rest[..n], at)?;
+                (at, rest) = (at + n as u64, &rest[n..]);
+            }
+            return Ok(());
+        }
+        if Self::aligned(offset, buf.len(), buf.as_ptr()) {
             return self.file.write_all_at(buf, offset);
         }
         let (start, len) = Self::window(offset, buf.len());
