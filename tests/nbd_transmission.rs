@@ -43,6 +43,7 @@ on_both_loops!(
     tiny_in_flight_limits_still_progress,
     shutdown_answers_queued_requests_with_eshutdown,
     many_connections_and_pipelining,
+    long_and_short_writes_interleaved,
     bad_request_magic_disconnects,
     client_vanishing_mid_request_frees_the_server,
     unix_socket_with_qemu_io,
@@ -475,6 +476,74 @@ async fn shutdown_answers_queued_requests_with_eshutdown(threads: usize) {
     assert_eq!(c.result(1).await, (0, vec![0; 512]));
     c.expect_closed().await;
     server_returns(task).await;
+}
+
+/// Long WRITE payloads are received past the reader's buffer, and after
+/// one the reader takes only a header at a time until a short request
+/// comes: long and short writes sent back to back in one send, then reads
+/// of them, all land where they belong.
+async fn long_and_short_writes_interleaved(threads: usize) {
+    let srv = start_on(threads).await;
+    let addr = srv.addr;
+    with_timeout(async move {
+        let mut c = Client::ready(addr, true).await;
+        // (offset, length): long, long, short, long, short, short, long.
+        let writes: [(u64, usize); 7] = [
+            (0, 256 * 1024),
+            (256 * 1024, 300 * 1024 + 512),
+            (600 * 1024, 4096),
+            (640 * 1024, 40 * 1024),
+            (700 * 1024, 512),
+            (704 * 1024, 8192),
+            (768 * 1024, 200 * 1024),
+        ];
+        // One send: headers and payloads arrive together, so the reader's
+        // buffer holds the start of long payloads as well as whole short
+        // requests.
+        let mut wire = Vec::new();
+        let req = |typ, cookie, offset, length| Request {
+            flags: 0,
+            typ,
+            cookie,
+            offset,
+            length,
+        };
+        for (i, (offset, len)) in writes.iter().enumerate() {
+            wire.extend_from_slice(&encode_request(&req(
+                CMD_WRITE,
+                i as u64,
+                *offset,
+                *len as u32,
+            )));
+            wire.extend_from_slice(&pattern(*len, i as u8 + 1));
+        }
+        c.s.write_all(&wire).await.expect("sending");
+        for i in 0..writes.len() as u64 {
+            assert_eq!(c.result(i).await.0, 0, "write {i}");
+        }
+        // The reads only once the writes are done (NBD orders nothing
+        // between requests in flight), again in one send.
+        wire.clear();
+        for (i, (offset, len)) in writes.iter().enumerate() {
+            wire.extend_from_slice(&encode_request(&req(
+                CMD_READ,
+                100 + i as u64,
+                *offset,
+                *len as u32,
+            )));
+        }
+        c.s.write_all(&wire).await.expect("sending");
+        for (i, (offset, len)) in writes.iter().enumerate() {
+            let (e, d) = c.result(100 + i as u64).await;
+            assert_eq!(e, 0, "read {i}");
+            assert!(
+                d == pattern(*len, i as u8 + 1),
+                "write {i} at {offset}+{len}"
+            );
+        }
+    })
+    .await;
+    srv.shutdown().await;
 }
 
 async fn many_connections_and_pipelining(threads: usize) {

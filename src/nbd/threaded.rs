@@ -68,6 +68,9 @@ const WRITE_BUFFER: usize = 256 * 1024;
 const COPY_LIMIT: usize = 16 * 1024;
 /// Read buffer: many small requests come in with one receive.
 const READ_BUFFER: usize = 128 * 1024;
+/// A WRITE payload with at least this much not yet buffered is received
+/// straight into the thread's buffer.
+const DIRECT_RECEIVE: usize = 32 * 1024;
 /// A thread's data buffer grown past this is given back after its request.
 const KEEP_BUFFER: usize = 4 * 1024 * 1024;
 /// Share of their time that requests spend off the CPU (in 1/65536, moving
@@ -130,6 +133,23 @@ impl Write for Sock {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// The reading side of the socket, under the reader's buffer: one receive
+/// takes at most `cap` bytes. After a long WRITE the next one is likely
+/// long too, so the buffer then takes only the next request header: the
+/// payload that would have followed it into the buffer is received
+/// straight into the serving thread's buffer instead of copied out of it.
+struct Capped {
+    sock: Sock,
+    cap: usize,
+}
+
+impl Read for Capped {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = buf.len().min(self.cap);
+        self.sock.read(&mut buf[..n])
     }
 }
 
@@ -250,7 +270,7 @@ fn write_all_vectored(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
 
 /// The read side: one thread at a time.
 struct Reader {
-    rd: BufReader<Sock>,
+    rd: BufReader<Capped>,
     conn: Box<dyn ExportConn>,
     /// No more requests: end of stream, DISC, shutdown or a broken stream.
     ended: bool,
@@ -369,7 +389,13 @@ pub(super) async fn transmission(
         cpu_threads: std::thread::available_parallelism().map_or(2, |n| 2 * n.get()),
         waited: AtomicU32::new(0),
         reader: Mutex::new(Reader {
-            rd: BufReader::with_capacity(READ_BUFFER, rd),
+            rd: BufReader::with_capacity(
+                READ_BUFFER,
+                Capped {
+                    sock: rd,
+                    cap: usize::MAX,
+                },
+            ),
             conn: export.connect(),
             ended: false,
         }),
@@ -561,6 +587,10 @@ impl Shared {
         let req = proto::parse_request(&hdr).map_err(|e| {
             ConnectionError::Protocol(format!("request header: {e}; cannot resync"))
         })?;
+        if req.typ != proto::CMD_WRITE {
+            // Not a stream of long writes: receive as much as comes.
+            r.rd.get_mut().cap = usize::MAX;
+        }
         if req.typ == proto::CMD_DISC {
             debug!("client sent DISC");
             return Ok(None);
@@ -909,8 +939,33 @@ impl Shared {
 }
 
 /// Receive a WRITE payload of `len` bytes into the start of `buf`.
-fn receive(rd: &mut impl Read, buf: &mut Vec<u8>, len: u32) -> io::Result<()> {
-    rd.read_exact(room(buf, len as usize))
+///
+/// What the reader has buffered is copied. A rest of at least
+/// [`DIRECT_RECEIVE`] bytes is then received straight into `buf` (through
+/// the reader's buffer each byte would be copied twice); a shorter one
+/// goes through the buffer, whose one receive may bring the next requests
+/// too.
+///
+/// The reader's next receives are capped at one request header after a
+/// long payload, and not capped after anything else (see [`Capped`]).
+fn receive(rd: &mut BufReader<Capped>, buf: &mut Vec<u8>, len: u32) -> io::Result<()> {
+    let dst = room(buf, len as usize);
+    let have = rd.buffer().len().min(dst.len());
+    let long = dst.len() >= DIRECT_RECEIVE;
+    if dst.len() - have < DIRECT_RECEIVE {
+        rd.get_mut().cap = usize::MAX;
+        rd.read_exact(dst)?;
+    } else {
+        rd.read_exact(&mut dst[..have])?;
+        // The reader's buffer is empty now: the socket is next.
+        rd.get_mut().sock.read_exact(&mut dst[have..])?;
+    }
+    rd.get_mut().cap = if long {
+        proto::REQUEST_HEADER_LEN
+    } else {
+        usize::MAX
+    };
+    Ok(())
 }
 
 /// The first `n` bytes of `buf`, grown (zero-filled) only when shorter: the
