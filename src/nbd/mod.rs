@@ -29,6 +29,7 @@ pub mod proto;
 mod reply;
 mod request;
 pub mod server;
+mod socket;
 mod splice;
 mod threaded;
 pub mod tls;

@@ -25,6 +25,7 @@ use tracing::{debug, warn, Instrument};
 
 use super::export::Export;
 use super::handshake::{handshake, Conn};
+use super::socket;
 use super::threaded;
 use super::tls::ServerTls;
 use super::transmission::transmission;
@@ -286,7 +287,7 @@ impl Server {
             "transmission phase"
         );
         let stream = match stream {
-            Conn::Plain(s) if self.inner.opts.threads > 0 => match threaded::into_blocking(s) {
+            Conn::Plain(s) if self.inner.opts.threads > 0 => match socket::into_blocking(s) {
                 Ok(sock) => {
                     let sock = sock?;
                     let export = &self.inner.export;

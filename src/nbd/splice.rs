@@ -94,6 +94,42 @@ pub(super) fn send_spliced(
     Ok(())
 }
 
+/// A serving thread's pipe for zero-copy READs.
+pub(super) enum Spliced {
+    /// None made yet.
+    Untried,
+    /// The pipe.
+    Ready(Pipe),
+    /// No pipe could be made: READs are copied.
+    Off,
+}
+
+impl Spliced {
+    /// The pipe, made on first use, if it can take `len` bytes.
+    pub(super) fn get(&mut self, len: usize) -> Option<&Pipe> {
+        if matches!(self, Spliced::Untried) {
+            *self = match Pipe::new() {
+                Ok(p) => Spliced::Ready(p),
+                Err(e) => {
+                    tracing::debug!("no pipe for zero-copy reads, copying them: {e}");
+                    Spliced::Off
+                }
+            };
+        }
+        match self {
+            Spliced::Ready(p) if len <= p.room() => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Drop the pipe (it may hold stale data); a new one is made next time.
+    pub(super) fn discard(&mut self) {
+        if matches!(self, Spliced::Ready(_)) {
+            *self = Spliced::Untried;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,10 +39,8 @@
 //! a thread blocked reading sees end of stream, requests in flight finish
 //! and are answered, then the connection closes.
 
-use std::any::Any;
-use std::io::{self, BufReader, IoSlice, Read, Write};
+use std::io::{self, BufReader};
 use std::net::Shutdown;
-use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -56,131 +54,18 @@ use super::proto;
 use super::reply::{error_reply, ok_reply, read_reply_head, success_reply};
 use super::request::{discard_blocking, read_header_blocking, validate, Op};
 use super::server::{ConnectionError, RequestObserver, ServerOptions};
-use super::splice::{send_spliced, Pipe};
+use super::socket::{receive, room, Capped, Replies, Sock, COPY_LIMIT, READ_BUFFER, WRITE_BUFFER};
+use super::splice::{Pipe, Spliced};
 use super::transmission::{byte_budget, run_op, REQUEST_OVERHEAD};
 use crate::listen::Stop;
 use crate::units::IoHint;
 
-/// Buffered reply bytes before a write reaches the socket regardless.
-const WRITE_BUFFER: usize = 256 * 1024;
-/// Read data up to this long is copied into the reply buffer (to leave with
-/// other replies); longer data is sent from the thread's own buffer.
-const COPY_LIMIT: usize = 16 * 1024;
-/// Read buffer: many small requests come in with one receive.
-const READ_BUFFER: usize = 128 * 1024;
-/// A WRITE payload with at least this much not yet buffered is received
-/// straight into the thread's buffer.
-const DIRECT_RECEIVE: usize = 32 * 1024;
 /// A thread's data buffer grown past this is given back after its request.
 const KEEP_BUFFER: usize = 4 * 1024 * 1024;
 /// Share of their time that requests spend off the CPU (in 1/65536, moving
 /// average over about 16 requests) from which the pool may grow past two
 /// threads per CPU.
 const WAITING_SHARE: u32 = 65536 / 2;
-
-/// A connected plain socket in blocking mode.
-pub(super) enum Sock {
-    Tcp(std::net::TcpStream),
-    Unix(std::os::unix::net::UnixStream),
-}
-
-impl Sock {
-    fn try_clone(&self) -> io::Result<Sock> {
-        Ok(match self {
-            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
-            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
-        })
-    }
-
-    fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Sock::Tcp(s) => s.as_fd(),
-            Sock::Unix(s) => s.as_fd(),
-        }
-    }
-
-    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        match self {
-            Sock::Tcp(s) => s.shutdown(how),
-            Sock::Unix(s) => s.shutdown(how),
-        }
-    }
-}
-
-impl Read for Sock {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => s.read(buf),
-            Sock::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Sock {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => s.write(buf),
-            Sock::Unix(s) => s.write(buf),
-        }
-    }
-
-    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => s.write_vectored(bufs),
-            Sock::Unix(s) => s.write_vectored(bufs),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The reading side of the socket, under the reader's buffer: one receive
-/// takes at most `cap` bytes. After a long WRITE the next one is likely
-/// long too, so the buffer then takes only the next request header: the
-/// payload that would have followed it into the buffer is received
-/// straight into the serving thread's buffer instead of copied out of it.
-struct Capped {
-    sock: Sock,
-    cap: usize,
-}
-
-impl Read for Capped {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = buf.len().min(self.cap);
-        self.sock.read(&mut buf[..n])
-    }
-}
-
-/// The stream as a blocking socket when it is a tokio TCP or Unix stream;
-/// else the stream back, for the async loop.
-pub(super) fn into_blocking<S: 'static>(stream: S) -> Result<io::Result<Sock>, S> {
-    let any: Box<dyn Any> = Box::new(stream);
-    let any = match any.downcast::<tokio::net::TcpStream>() {
-        Ok(tcp) => {
-            return Ok(tcp.into_std().and_then(|s| {
-                s.set_nonblocking(false)?;
-                Ok(Sock::Tcp(s))
-            }))
-        }
-        Err(any) => any,
-    };
-    let any = match any.downcast::<tokio::net::UnixStream>() {
-        Ok(unix) => {
-            return Ok(unix.into_std().and_then(|s| {
-                s.set_nonblocking(false)?;
-                Ok(Sock::Unix(s))
-            }))
-        }
-        Err(any) => any,
-    };
-    match any.downcast::<S>() {
-        Ok(s) => Err(*s),
-        // Unreachable: the box was made from an S.
-        Err(_) => unreachable!("a boxed stream is of its own type"),
-    }
-}
 
 /// What a thread took off the socket. `cost`: the budget bytes it holds.
 enum Job {
@@ -205,67 +90,6 @@ enum Job {
     },
     /// Any other op.
     Other { op: Op, cookie: u64, cost: usize },
-}
-
-/// The write side: replies gathered in `buf` and sent together; long read
-/// data goes out from the thread's buffer in the same system call.
-struct Replies {
-    sock: Sock,
-    buf: Vec<u8>,
-}
-
-impl Replies {
-    /// Queue (or send) one reply.
-    fn push(&mut self, head: &[u8], data: &[u8]) -> io::Result<()> {
-        let fits = self.buf.len() + head.len() + data.len() <= WRITE_BUFFER;
-        if data.len() <= COPY_LIMIT && fits {
-            self.buf.extend_from_slice(head);
-            self.buf.extend_from_slice(data);
-            return Ok(());
-        }
-        let r = write_all_vectored(&mut self.sock, &[&self.buf, head, data]);
-        self.buf.clear();
-        r
-    }
-
-    /// Send what is queued, then `head`, then `len` bytes out of `pipe`
-    /// (a zero-copy READ reply).
-    fn push_spliced(&mut self, head: &[u8], pipe: &Pipe, len: usize) -> io::Result<()> {
-        self.buf.extend_from_slice(head);
-        let more = matches!(self.sock, Sock::Tcp(_));
-        let r = send_spliced(self.sock.fd(), more, &self.buf, pipe, len);
-        self.buf.clear();
-        r
-    }
-
-    /// Send what is queued.
-    fn flush(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        let r = self.sock.write_all(&self.buf);
-        self.buf.clear();
-        r
-    }
-}
-
-/// Write every byte of `parts`, in order, with vectored writes.
-fn write_all_vectored(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
-    let mut slices: Vec<IoSlice<'_>> = parts
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| IoSlice::new(p))
-        .collect();
-    let mut left = &mut slices[..];
-    while !left.is_empty() {
-        match w.write_vectored(left) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut left, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// The read side: one thread at a time.
@@ -294,42 +118,6 @@ struct Budget {
 struct Room {
     bytes: usize,
     waiting: bool,
-}
-
-/// A serving thread's pipe for zero-copy READs.
-enum Spliced {
-    /// None made yet.
-    Untried,
-    /// The pipe.
-    Ready(Pipe),
-    /// No pipe could be made: READs are copied.
-    Off,
-}
-
-impl Spliced {
-    /// The pipe, made on first use, if it can take `len` bytes.
-    fn get(&mut self, len: usize) -> Option<&Pipe> {
-        if matches!(self, Spliced::Untried) {
-            *self = match Pipe::new() {
-                Ok(p) => Spliced::Ready(p),
-                Err(e) => {
-                    debug!("no pipe for zero-copy reads, copying them: {e}");
-                    Spliced::Off
-                }
-            };
-        }
-        match self {
-            Spliced::Ready(p) if len <= p.room() => Some(p),
-            _ => None,
-        }
-    }
-
-    /// Drop the pipe (it may hold stale data); a new one is made next time.
-    fn discard(&mut self) {
-        if matches!(self, Spliced::Ready(_)) {
-            *self = Spliced::Untried;
-        }
-    }
 }
 
 /// What every thread of one connection shares.
@@ -936,45 +724,6 @@ impl Shared {
         }
         let _ = self.ctl.shutdown(how);
     }
-}
-
-/// Receive a WRITE payload of `len` bytes into the start of `buf`.
-///
-/// What the reader has buffered is copied. A rest of at least
-/// [`DIRECT_RECEIVE`] bytes is then received straight into `buf` (through
-/// the reader's buffer each byte would be copied twice); a shorter one
-/// goes through the buffer, whose one receive may bring the next requests
-/// too.
-///
-/// The reader's next receives are capped at one request header after a
-/// long payload, and not capped after anything else (see [`Capped`]).
-fn receive(rd: &mut BufReader<Capped>, buf: &mut Vec<u8>, len: u32) -> io::Result<()> {
-    let dst = room(buf, len as usize);
-    let have = rd.buffer().len().min(dst.len());
-    let long = dst.len() >= DIRECT_RECEIVE;
-    if dst.len() - have < DIRECT_RECEIVE {
-        rd.get_mut().cap = usize::MAX;
-        rd.read_exact(dst)?;
-    } else {
-        rd.read_exact(&mut dst[..have])?;
-        // The reader's buffer is empty now: the socket is next.
-        rd.get_mut().sock.read_exact(&mut dst[have..])?;
-    }
-    rd.get_mut().cap = if long {
-        proto::REQUEST_HEADER_LEN
-    } else {
-        usize::MAX
-    };
-    Ok(())
-}
-
-/// The first `n` bytes of `buf`, grown (zero-filled) only when shorter: the
-/// buffer keeps the length it once had, so reuse costs no zero-filling.
-fn room(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
-    if buf.len() < n {
-        buf.resize(n, 0);
-    }
-    &mut buf[..n]
 }
 
 /// CPU time of the calling thread.

@@ -1,0 +1,233 @@
+//! The socket side of the threaded transmission loop: [`Sock`], a plain
+//! TCP or Unix socket in blocking mode; its reading half under the
+//! reader's buffer ([`Capped`], which after a long WRITE receives one
+//! request header at a time, and [`receive`], which takes a long payload
+//! straight from the socket into the thread's buffer); and its writing
+//! half, [`Replies`], which gathers short replies into one send and sends
+//! long READ data from the thread's buffer or, zero-copy, out of its pipe.
+
+use std::any::Any;
+use std::io::{self, BufReader, IoSlice, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use super::proto;
+use super::splice::{send_spliced, Pipe};
+
+/// Buffered reply bytes before a write reaches the socket regardless.
+pub(super) const WRITE_BUFFER: usize = 256 * 1024;
+
+/// Read data up to this long is copied into the reply buffer (to leave with
+/// other replies); longer data is sent from the thread's own buffer.
+pub(super) const COPY_LIMIT: usize = 16 * 1024;
+
+/// Read buffer: many small requests come in with one receive.
+pub(super) const READ_BUFFER: usize = 128 * 1024;
+
+/// A WRITE payload with at least this much not yet buffered is received
+/// straight into the thread's buffer.
+pub(super) const DIRECT_RECEIVE: usize = 32 * 1024;
+
+/// A connected plain socket in blocking mode.
+pub(super) enum Sock {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Sock {
+    pub(super) fn try_clone(&self) -> io::Result<Sock> {
+        Ok(match self {
+            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
+            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
+        })
+    }
+
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Sock::Tcp(s) => s.as_fd(),
+            Sock::Unix(s) => s.as_fd(),
+        }
+    }
+
+    pub(super) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.shutdown(how),
+            Sock::Unix(s) => s.shutdown(how),
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(buf),
+            Sock::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(buf),
+            Sock::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write_vectored(bufs),
+            Sock::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The reading side of the socket, under the reader's buffer: one receive
+/// takes at most `cap` bytes. After a long WRITE the next one is likely
+/// long too, so the buffer then takes only the next request header: the
+/// payload that would have followed it into the buffer is received
+/// straight into the serving thread's buffer instead of copied out of it.
+pub(super) struct Capped {
+    pub(super) sock: Sock,
+    pub(super) cap: usize,
+}
+
+impl Read for Capped {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = buf.len().min(self.cap);
+        self.sock.read(&mut buf[..n])
+    }
+}
+
+/// The stream as a blocking socket when it is a tokio TCP or Unix stream;
+/// else the stream back, for the async loop.
+pub(super) fn into_blocking<S: 'static>(stream: S) -> Result<io::Result<Sock>, S> {
+    let any: Box<dyn Any> = Box::new(stream);
+    let any = match any.downcast::<tokio::net::TcpStream>() {
+        Ok(tcp) => {
+            return Ok(tcp.into_std().and_then(|s| {
+                s.set_nonblocking(false)?;
+                Ok(Sock::Tcp(s))
+            }))
+        }
+        Err(any) => any,
+    };
+    let any = match any.downcast::<tokio::net::UnixStream>() {
+        Ok(unix) => {
+            return Ok(unix.into_std().and_then(|s| {
+                s.set_nonblocking(false)?;
+                Ok(Sock::Unix(s))
+            }))
+        }
+        Err(any) => any,
+    };
+    match any.downcast::<S>() {
+        Ok(s) => Err(*s),
+        // Unreachable: the box was made from an S.
+        Err(_) => unreachable!("a boxed stream is of its own type"),
+    }
+}
+
+/// The write side: replies gathered in `buf` and sent together; long read
+/// data goes out from the thread's buffer in the same system call.
+pub(super) struct Replies {
+    pub(super) sock: Sock,
+    pub(super) buf: Vec<u8>,
+}
+
+impl Replies {
+    /// Queue (or send) one reply.
+    pub(super) fn push(&mut self, head: &[u8], data: &[u8]) -> io::Result<()> {
+        let fits = self.buf.len() + head.len() + data.len() <= WRITE_BUFFER;
+        if data.len() <= COPY_LIMIT && fits {
+            self.buf.extend_from_slice(head);
+            self.buf.extend_from_slice(data);
+            return Ok(());
+        }
+        let r = write_all_vectored(&mut self.sock, &[&self.buf, head, data]);
+        self.buf.clear();
+        r
+    }
+
+    /// Send what is queued, then `head`, then `len` bytes out of `pipe`
+    /// (a zero-copy READ reply).
+    pub(super) fn push_spliced(&mut self, head: &[u8], pipe: &Pipe, len: usize) -> io::Result<()> {
+        self.buf.extend_from_slice(head);
+        let more = matches!(self.sock, Sock::Tcp(_));
+        let r = send_spliced(self.sock.fd(), more, &self.buf, pipe, len);
+        self.buf.clear();
+        r
+    }
+
+    /// Send what is queued.
+    pub(super) fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let r = self.sock.write_all(&self.buf);
+        self.buf.clear();
+        r
+    }
+}
+
+/// Write every byte of `parts`, in order, with vectored writes.
+fn write_all_vectored(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| IoSlice::new(p))
+        .collect();
+    let mut left = &mut slices[..];
+    while !left.is_empty() {
+        match w.write_vectored(left) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut left, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Receive a WRITE payload of `len` bytes into the start of `buf`.
+///
+/// What the reader has buffered is copied. A rest of at least
+/// [`DIRECT_RECEIVE`] bytes is then received straight into `buf` (through
+/// the reader's buffer each byte would be copied twice); a shorter one
+/// goes through the buffer, whose one receive may bring the next requests
+/// too.
+///
+/// The reader's next receives are capped at one request header after a
+/// long payload, and not capped after anything else (see [`Capped`]).
+pub(super) fn receive(rd: &mut BufReader<Capped>, buf: &mut Vec<u8>, len: u32) -> io::Result<()> {
+    let dst = room(buf, len as usize);
+    let have = rd.buffer().len().min(dst.len());
+    let long = dst.len() >= DIRECT_RECEIVE;
+    if dst.len() - have < DIRECT_RECEIVE {
+        rd.get_mut().cap = usize::MAX;
+        rd.read_exact(dst)?;
+    } else {
+        rd.read_exact(&mut dst[..have])?;
+        // The reader's buffer is empty now: the socket is next.
+        rd.get_mut().sock.read_exact(&mut dst[have..])?;
+    }
+    rd.get_mut().cap = if long {
+        proto::REQUEST_HEADER_LEN
+    } else {
+        usize::MAX
+    };
+    Ok(())
+}
+
+/// The first `n` bytes of `buf`, grown (zero-filled) only when shorter: the
+/// buffer keeps the length it once had, so reuse costs no zero-filling.
+pub(super) fn room(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
+    if buf.len() < n {
+        buf.resize(n, 0);
+    }
+    &mut buf[..n]
+}
