@@ -22,7 +22,7 @@ use tierd::migrate::migrate_extent;
 use tierd::serving::VolumeExport;
 use tierd::store::{MemStore, MetaStore};
 use tierd::units::{IoHint, Reason};
-use tierd::volume::{Devices, FormatOptions, MoveOutcome, Stats, Tier, Volume, VolumeOptions};
+use tierd::volume::{Devices, FormatOptions, Loc, MoveOutcome, Stats, Tier, Volume, VolumeOptions};
 
 const EXTENT: u64 = 256 * 1024;
 const BLK: u64 = 4096;
@@ -88,28 +88,39 @@ fn read(vol: &Volume, offset: u64, len: usize) -> Vec<u8> {
     buf
 }
 
-#[test]
-fn pages_in_flight_keep_their_data_when_the_slot_goes_to_new_data() {
-    let r = rig(4, 8, 1);
-    let vol = &r.vol;
+/// Move `extent` to the HDD.
+fn demote(vol: &Volume, extent: u64) {
+    let out = migrate_extent(vol, extent, Tier::Hdd, Reason::Manual, &mut |_| {}).expect("move");
+    assert!(matches!(out, MoveOutcome::Moved(_)), "{out:?}");
+}
+
+/// Extent 0 written in full (on the SSD) and spliced into a pipe that
+/// nobody reads yet: its slot, the pipe (read end, write end) and the data.
+fn splice_extent_0(vol: &Volume) -> (Loc, (OwnedFd, OwnedFd), Vec<u8>) {
     let old = bytes(1, EXTENT as usize);
     vol.write(0, &old, false).expect("write");
     vol.flush().expect("flush");
     let home = vol.mapping(0).expect("mapped").loc;
     assert_eq!(home.tier, Tier::Ssd);
-
-    // A reader takes the pages and does not read them yet.
     let (pr, pw) = rustix::pipe::pipe().expect("pipe");
     rustix::pipe::fcntl_setpipe_size(&pw, EXTENT as usize).expect("pipe size");
     vol.read_to_pipe(0, EXTENT, IoHint::default(), pw.as_fd())
         .expect("a full extent at rest splices")
         .expect("spliced");
+    (home, (pr, pw), old)
+}
+
+#[test]
+fn pages_in_flight_keep_their_data_when_the_slot_goes_to_new_data() {
+    let r = rig(4, 8, 1);
+    let vol = &r.vol;
+    // A reader takes the pages and does not read them yet.
+    let (home, (pr, _pw), old) = splice_extent_0(vol);
     assert_eq!(spliced(vol), 1);
 
     // The extent moves to the HDD; once that is durable its slot is free,
     // and new data takes it.
-    let out = migrate_extent(vol, 0, Tier::Hdd, Reason::Manual, &mut |_| {}).expect("move");
-    assert!(matches!(out, MoveOutcome::Moved(_)), "{out:?}");
+    demote(vol, 0);
     vol.flush().expect("flush");
     let mut reused = None;
     for e in 1..4 {
@@ -144,20 +155,9 @@ fn pages_in_flight_keep_their_data_when_the_slot_becomes_a_log_segment() {
     vol.write(EXTENT, &bytes(3, EXTENT as usize), false)
         .expect("write");
     vol.flush().expect("flush");
-    let out = migrate_extent(vol, 1, Tier::Hdd, Reason::Manual, &mut |_| {}).expect("move");
-    assert!(matches!(out, MoveOutcome::Moved(_)), "{out:?}");
-    let old = bytes(1, EXTENT as usize);
-    vol.write(0, &old, false).expect("write");
-    vol.flush().expect("flush");
-    let home = vol.mapping(0).expect("mapped").loc;
-    assert_eq!(home.tier, Tier::Ssd);
-    let (pr, pw) = rustix::pipe::pipe().expect("pipe");
-    rustix::pipe::fcntl_setpipe_size(&pw, EXTENT as usize).expect("pipe size");
-    vol.read_to_pipe(0, EXTENT, IoHint::default(), pw.as_fd())
-        .expect("splices")
-        .expect("spliced");
-    let out = migrate_extent(vol, 0, Tier::Hdd, Reason::Manual, &mut |_| {}).expect("move");
-    assert!(matches!(out, MoveOutcome::Moved(_)), "{out:?}");
+    demote(vol, 1);
+    let (home, (pr, _pw), old) = splice_extent_0(vol);
+    demote(vol, 0);
     vol.flush().expect("flush");
     // Every block of extent 1 again: the log takes the freed slot as a
     // segment and fills it.
@@ -192,8 +192,7 @@ fn reads_that_are_not_one_range_at_rest_are_copied_and_read_right() {
     vol.write(2 * EXTENT, &bytes(4, EXTENT as usize), false)
         .expect("write");
     vol.flush().expect("flush");
-    let out = migrate_extent(vol, 2, Tier::Hdd, Reason::Manual, &mut |_| {}).expect("move");
-    assert!(matches!(out, MoveOutcome::Moved(_)), "{out:?}");
+    demote(vol, 2);
     vol.write(2 * EXTENT + BLK, &bytes(5, BLK as usize), false)
         .expect("write");
     let m = vol.mapping(2).expect("mapped");

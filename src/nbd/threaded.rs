@@ -495,7 +495,6 @@ impl Shared {
                 } else {
                     None
                 };
-                let data = room(buf, n);
                 // Spliced into the pipe (`true`), or read into `buf`.
                 let done = self.call("read", u64::from(len), cookie, || {
                     if let Some(p) = p {
@@ -504,12 +503,12 @@ impl Shared {
                             return r.map(|()| true);
                         }
                     }
-                    export.read(offset, data, ctx).map(|()| false)
+                    export.read(offset, room(buf, n), ctx).map(|()| false)
                 });
                 match done.map(|spliced| (spliced, read_reply_head(cookie, structured, offset, n)))
                 {
                     Ok((true, Ok(head))) => {
-                        if let Some(p) = pipe.get(n) {
+                        if let Some(p) = p {
                             self.send_spliced(&head, p, n);
                         }
                     }

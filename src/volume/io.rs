@@ -194,7 +194,8 @@ impl Volume {
         let tier = m.loc.tier;
         let dev = self.devices.get(tier);
         let at = self.geo.slot_offset(m.loc.slot) + p.start;
-        let t0 = self.clock.now();
+        // Only HDD reads feed the migrator's backoff (as in `read_into`).
+        let t0 = (tier == Tier::Hdd).then(|| self.clock.now());
         let r = dev.read_to_pipe(pipe, at, len as usize)?;
         drop(guard);
         let i = tier.index();
@@ -202,7 +203,7 @@ impl Volume {
             Stats::add(&self.stats.dev_errors[i], 1);
             return Some(Err(io_err(dev.as_ref())(e)));
         }
-        if tier == Tier::Hdd {
+        if let Some(t0) = t0 {
             let t1 = self.clock.now();
             self.hdd_latency.sample(t1.saturating_sub(t0), t1);
         }
