@@ -79,7 +79,7 @@ pub(super) fn send_spliced(
     }
     let mut left = len;
     while left > 0 {
-        match splice(&pipe.r, None, sock, None, left, SpliceFlags::MORE) {
+        match splice(&pipe.r, None, sock, None, left, SpliceFlags::empty()) {
             Ok(0) => {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
