@@ -77,6 +77,11 @@ pub struct Config {
     /// image file are sent without copying it (splice from the page
     /// cache). Default true.
     pub nbd_zero_copy: bool,
+    /// On those threads, how long the thread that reads a connection's
+    /// next request polls the socket before it sleeps, while polling pays
+    /// (adaptive); `0s` never polls. At most 1ms. Default `50us`.
+    #[serde(with = "duration_secs")]
+    pub nbd_poll: std::time::Duration,
     /// Time a client has from connecting to the end of its handshake
     /// (including STARTTLS). Default `30s`.
     #[serde(with = "duration_secs")]
@@ -126,6 +131,7 @@ impl Default for Config {
             max_connections: 256,
             nbd_threads: 16,
             nbd_zero_copy: true,
+            nbd_poll: std::time::Duration::from_micros(crate::nbd::DEFAULT_POLL_US),
             handshake_timeout: std::time::Duration::from_secs(30),
             tls_cert: None,
             tls_key: None,
@@ -137,6 +143,9 @@ impl Default for Config {
         }
     }
 }
+
+/// Longest `nbd-poll`.
+const MAX_NBD_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Most threads one NBD connection may have (`nbd-threads`): as many as
 /// requests it may have in flight.
@@ -453,6 +462,15 @@ impl Config {
             return Err(InvalidKey::new(
                 "nbd-threads",
                 format!("{} is more than {MAX_NBD_THREADS} threads per connection (0 for the async loop)", self.nbd_threads),
+            ));
+        }
+        if self.nbd_poll > MAX_NBD_POLL {
+            return Err(InvalidKey::new(
+                "nbd-poll",
+                format!(
+                    "{} us is more than 1ms: a longer poll only burns CPU (0s turns polling off)",
+                    self.nbd_poll.as_micros()
+                ),
             ));
         }
         if self.handshake_timeout.is_zero() {
@@ -828,6 +846,10 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "nbd-threads");
         c.nbd_threads = 0;
         assert!(c.validate().is_ok(), "0 selects the async loop");
+        c.nbd_poll = std::time::Duration::from_millis(2);
+        assert_eq!(c.validate().unwrap_err().key, "nbd-poll");
+        c.nbd_poll = std::time::Duration::ZERO;
+        assert!(c.validate().is_ok(), "0s turns polling off");
         c.migrate.batch = 1;
         c.migrate.reserve_boost = -1.0;
         assert_eq!(c.validate().unwrap_err().key, "migrate.reserve-boost");

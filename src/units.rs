@@ -156,13 +156,14 @@ pub const REASONS: [Reason; 9] = [
 ];
 
 /// Durations in the configuration: a number of seconds or a string with a
-/// unit (`500ms`, `60s`, `5m`, `1h`).
+/// unit (`50us`, `500ms`, `60s`, `5m`, `1h`).
 pub mod duration_secs {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    /// Parse `500ms`, `60s`, `5m`, `1h` or a bare number of seconds.
+    /// Parse `50us` (or `50µs`), `500ms`, `60s`, `5m`, `1h` or a bare number
+    /// of seconds.
     pub fn parse(s: &str) -> Option<Duration> {
         let t = s.trim();
         let split = t
@@ -172,6 +173,7 @@ pub mod duration_secs {
         let n: f64 = num.parse().ok()?;
         let secs = match unit.trim() {
             "" | "s" => n,
+            "us" | "µs" => n / 1_000_000.0,
             "ms" => n / 1000.0,
             "m" | "min" => n * 60.0,
             "h" => n * 3600.0,
@@ -184,8 +186,10 @@ pub mod duration_secs {
     pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         if d.subsec_nanos() == 0 {
             s.serialize_str(&format!("{}s", d.as_secs()))
-        } else {
+        } else if d.subsec_nanos().is_multiple_of(1_000_000) {
             s.serialize_str(&format!("{}ms", d.as_millis()))
+        } else {
+            s.serialize_str(&format!("{}us", d.as_micros()))
         }
     }
 
@@ -202,7 +206,7 @@ pub mod duration_secs {
             Raw::N(n) => Err(serde::de::Error::custom(format!("invalid duration {n}"))),
             Raw::S(s) => parse(&s).ok_or_else(|| {
                 serde::de::Error::custom(format!(
-                    "invalid duration {s:?}: use a number of seconds or 500ms, 60s, 5m, 1h"
+                    "invalid duration {s:?}: use a number of seconds or 50us, 500ms, 60s, 5m, 1h"
                 ))
             }),
         }
@@ -248,6 +252,27 @@ mod tests {
         assert!(ByteSize::parse("99999999999TiB").is_err());
         assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
         assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn durations_parse_and_print_in_their_unit() {
+        use std::time::Duration;
+        let p = duration_secs::parse;
+        assert_eq!(p("50us"), Some(Duration::from_micros(50)));
+        assert_eq!(p("50µs"), Some(Duration::from_micros(50)));
+        assert_eq!(p("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(p("2"), Some(Duration::from_secs(2)));
+        assert_eq!(p("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(p("5 parsecs"), None);
+        let show = |d: Duration| {
+            let mut out = Vec::new();
+            let mut ser = serde_json::Serializer::new(&mut out);
+            duration_secs::serialize(&d, &mut ser).expect("a string serializes");
+            String::from_utf8(out).expect("JSON is UTF-8")
+        };
+        assert_eq!(show(Duration::from_micros(50)), "\"50us\"");
+        assert_eq!(show(Duration::from_millis(1500)), "\"1500ms\"");
+        assert_eq!(show(Duration::from_secs(30)), "\"30s\"");
     }
 }
 

@@ -124,6 +124,11 @@ const FLAGS: &[Flag] = {
             "Send long reads of image-file data without copying it (default true)",
         ),
         flag(
+            "nbd-poll",
+            Value("DURATION"),
+            "Poll an NBD socket this long for the next request before sleeping, while it pays; 0s: never (default 50us)",
+        ),
+        flag(
             "handshake-timeout",
             Value("DURATION"),
             "Time allowed for a client's handshake, e.g. 30s, 500ms (default 30s)",

@@ -37,5 +37,7 @@ mod transmission;
 
 pub use export::{Export, ExportConn, ExportError, IoCtx, NoHints, StatusRun};
 pub use mem::MemExport;
-pub use server::{ConnectionError, NoObserver, RequestObserver, Server, ServerOptions};
+pub use server::{
+    ConnectionError, NoObserver, RequestObserver, Server, ServerOptions, DEFAULT_POLL_US,
+};
 pub use tls::{ServerTls, TlsError, TlsFiles};

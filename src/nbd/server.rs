@@ -83,6 +83,11 @@ pub struct ServerOptions {
     /// their data when the export can hand it out as pages
     /// ([`Export::read_to_pipe`](super::Export::read_to_pipe)).
     pub zero_copy: bool,
+    /// On those threads, how long the thread reading a connection's next
+    /// request polls the socket for it before it sleeps, while polling pays
+    /// (adaptive; zero: never). A sleeping thread's wake-up is most of a
+    /// queue-depth-1 round trip on a VM.
+    pub poll: Duration,
     /// When set, TLS is required: a client must upgrade with
     /// `NBD_OPT_STARTTLS` first; every other option except `NBD_OPT_ABORT`
     /// is refused with `NBD_REP_ERR_TLS_REQD` until it has. When `None`,
@@ -105,11 +110,17 @@ impl Default for ServerOptions {
             max_in_flight_bytes: 128 * 1024 * 1024,
             threads: 16,
             zero_copy: true,
+            poll: Duration::from_micros(DEFAULT_POLL_US),
             tls: None,
             observer: Arc::new(NoObserver),
         }
     }
 }
+
+/// Default [`ServerOptions::poll`], in microseconds: long enough for a
+/// client on the same machine to answer a reply with its next request
+/// (measured in docs/performance.md).
+pub const DEFAULT_POLL_US: u64 = 50;
 
 /// Why a connection ended abnormally.
 #[derive(Debug, thiserror::Error)]

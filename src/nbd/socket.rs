@@ -1,7 +1,8 @@
 //! The socket side of the threaded transmission loop: [`Sock`], a plain
 //! TCP or Unix socket in blocking mode; its reading half under the
 //! reader's buffer ([`Capped`], which after a long WRITE receives one
-//! request header at a time, and [`receive`], which takes a long payload
+//! request header at a time and polls briefly for the next request before
+//! it sleeps, see [`Poll`]; and [`receive`], which takes a long payload
 //! straight from the socket into the thread's buffer); and its writing
 //! half, [`Replies`], which gathers short replies into one send and sends
 //! long READ data from the thread's buffer or, zero-copy, out of its pipe.
@@ -10,6 +11,10 @@ use std::any::Any;
 use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
+use rustix::net::RecvFlags;
 
 use super::proto;
 use super::splice::{send_spliced, Pipe};
@@ -91,15 +96,98 @@ impl Write for Sock {
 /// long too, so the buffer then takes only the next request header: the
 /// payload that would have followed it into the buffer is received
 /// straight into the serving thread's buffer instead of copied out of it.
+/// A receive that finds nothing waiting first polls ([`Poll`]).
 pub(super) struct Capped {
     pub(super) sock: Sock,
     pub(super) cap: usize,
+    pub(super) poll: Poll,
 }
 
 impl Read for Capped {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = buf.len().min(self.cap);
-        self.sock.read(&mut buf[..n])
+        let buf = &mut buf[..n];
+        if self.poll.worth_it() {
+            let start = Instant::now();
+            loop {
+                match rustix::net::recv(self.sock.fd(), &mut *buf, RecvFlags::DONTWAIT) {
+                    Ok((got, _)) => {
+                        self.poll.caught();
+                        return Ok(got);
+                    }
+                    Err(Errno::AGAIN | Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                if start.elapsed() >= self.poll.window {
+                    self.poll.missed();
+                    break;
+                }
+                // Give the CPU to anything runnable here: the client, when
+                // it shares this CPU, is what the poll waits for.
+                std::thread::yield_now();
+            }
+        }
+        if self.poll.window.is_zero() {
+            return self.sock.read(buf);
+        }
+        let start = Instant::now();
+        let r = self.sock.read(buf);
+        self.poll.slept(start.elapsed());
+        r
+    }
+}
+
+/// Adaptive polling for the next request, as network stacks busy-poll a
+/// queue before they sleep. A thread that sleeps in a receive is woken by
+/// the client's next request through the scheduler, and on a VM an idle
+/// CPU's wake-up costs tens of microseconds: at queue depth 1 that is most
+/// of a request's round trip (docs/performance.md). So a receive that finds
+/// nothing first asks again without blocking, yielding the CPU between
+/// asks, for up to `window`, and sleeps only after that.
+///
+/// Polling is paid in CPU, so it runs only while it pays: a credit grows
+/// when a poll catches a request (or a sleep ended within the window, so
+/// a poll would have caught it) and shrinks twice as fast when a poll
+/// times out. A client that pauses longer than the window between
+/// requests soon stops being polled for; every request it sends within
+/// the window again earns the poll back.
+#[derive(Debug, Clone)]
+pub(super) struct Poll {
+    /// How long to poll; zero: never.
+    pub(super) window: Duration,
+    credit: u8,
+}
+
+/// Most credit [`Poll`] keeps: after a burst of quick requests, this many
+/// timed-out polls in a row (halved: each costs two) stop polling.
+const POLL_CREDIT: u8 = 8;
+
+impl Poll {
+    /// Poll for up to `window` (zero: never).
+    pub(super) fn new(window: Duration) -> Poll {
+        Poll {
+            window,
+            credit: if window.is_zero() { 0 } else { POLL_CREDIT },
+        }
+    }
+
+    fn worth_it(&self) -> bool {
+        self.credit > 0
+    }
+
+    fn caught(&mut self) {
+        self.credit = (self.credit + 1).min(POLL_CREDIT);
+    }
+
+    fn missed(&mut self) {
+        self.credit = self.credit.saturating_sub(2);
+    }
+
+    /// A blocking receive waited `waited`.
+    fn slept(&mut self, waited: Duration) {
+        if waited < self.window {
+            self.caught();
+        }
     }
 }
 
@@ -230,4 +318,78 @@ pub(super) fn room(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
         buf.resize(n, 0);
     }
     &mut buf[..n]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    use super::{Capped, Poll, Sock, POLL_CREDIT};
+
+    fn capped(window: Duration) -> (Capped, UnixStream) {
+        let (a, b) = UnixStream::pair().expect("a socket pair");
+        let c = Capped {
+            sock: Sock::Unix(a),
+            cap: usize::MAX,
+            poll: Poll::new(window),
+        };
+        (c, b)
+    }
+
+    #[test]
+    fn polling_stops_when_it_times_out_and_comes_back_when_requests_are_quick() {
+        let mut p = Poll::new(Duration::from_micros(50));
+        assert!(p.worth_it());
+        for _ in 0..POLL_CREDIT / 2 {
+            p.missed();
+        }
+        assert!(!p.worth_it(), "timed-out polls use the credit up");
+        p.slept(Duration::from_millis(5));
+        assert!(!p.worth_it(), "a long sleep earns nothing");
+        p.slept(Duration::from_micros(10));
+        assert!(
+            p.worth_it(),
+            "a request within the window earns the poll back"
+        );
+        for _ in 0..100 {
+            p.caught();
+        }
+        assert_eq!(p.credit, POLL_CREDIT, "credit is capped");
+        let off = Poll::new(Duration::ZERO);
+        assert!(!off.worth_it(), "a zero window never polls");
+    }
+
+    #[test]
+    fn a_polling_read_gets_data_sent_during_and_after_the_poll_and_end_of_stream() {
+        let (mut c, mut peer) = capped(Duration::from_millis(1));
+        // Data sent while the reader polls (and later, once it sleeps).
+        let writer = std::thread::spawn(move || {
+            for delay in [0u64, 200, 5_000] {
+                std::thread::sleep(Duration::from_micros(delay));
+                peer.write_all(&[delay as u8; 4])
+                    .expect("the reader is there");
+            }
+            peer
+        });
+        let mut buf = [0u8; 4];
+        for delay in [0u64, 200, 5_000] {
+            c.read_exact(&mut buf).expect("the data arrives");
+            assert_eq!(buf, [delay as u8; 4]);
+        }
+        drop(writer.join().expect("the writer ends"));
+        assert_eq!(c.read(&mut buf).expect("end of stream"), 0);
+    }
+
+    #[test]
+    fn a_polling_read_takes_at_most_the_cap() {
+        let (mut c, mut peer) = capped(Duration::from_micros(100));
+        c.cap = 3;
+        peer.write_all(b"abcdef").expect("the reader is there");
+        let mut buf = [0u8; 16];
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(c.read(&mut buf).expect("data"), 3);
+        assert_eq!(&buf[..3], b"abc");
+    }
 }

@@ -54,7 +54,9 @@ use super::proto;
 use super::reply::{error_reply, ok_reply, read_reply_head, success_reply};
 use super::request::{discard_blocking, read_header_blocking, validate, Op};
 use super::server::{ConnectionError, RequestObserver, ServerOptions};
-use super::socket::{receive, room, Capped, Replies, Sock, COPY_LIMIT, READ_BUFFER, WRITE_BUFFER};
+use super::socket::{
+    receive, room, Capped, Poll, Replies, Sock, COPY_LIMIT, READ_BUFFER, WRITE_BUFFER,
+};
 use super::splice::{Pipe, Spliced};
 use super::transmission::{byte_budget, run_op, REQUEST_OVERHEAD};
 use crate::listen::Stop;
@@ -182,6 +184,7 @@ pub(super) async fn transmission(
                 Capped {
                     sock: rd,
                     cap: usize::MAX,
+                    poll: Poll::new(opts.poll),
                 },
             ),
             conn: export.connect(),

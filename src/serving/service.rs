@@ -315,6 +315,7 @@ pub async fn run_with(
         max_connections: cfg.max_connections,
         threads: cfg.nbd_threads,
         zero_copy: cfg.nbd_zero_copy,
+        poll: cfg.nbd_poll,
         handshake_timeout: cfg.handshake_timeout,
         tls: tls.clone(),
         observer: Arc::new(NbdMetrics),
