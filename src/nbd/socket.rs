@@ -13,8 +13,8 @@ use std::net::Shutdown;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
-use rustix::net::RecvFlags;
 
 use super::proto;
 use super::splice::{send_spliced, Pipe};
@@ -37,6 +37,12 @@ pub(super) const DIRECT_RECEIVE: usize = 32 * 1024;
 pub(super) enum Sock {
     Tcp(std::net::TcpStream),
     Unix(std::os::unix::net::UnixStream),
+}
+
+impl AsFd for Sock {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd()
+    }
 }
 
 impl Sock {
@@ -107,15 +113,21 @@ impl Read for Capped {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = buf.len().min(self.cap);
         let buf = &mut buf[..n];
+        if self.poll.window.is_zero() {
+            return self.sock.read(buf);
+        }
         if self.poll.worth_it() {
             let start = Instant::now();
             loop {
-                match rustix::net::recv(self.sock.fd(), &mut *buf, RecvFlags::DONTWAIT) {
-                    Ok((got, _)) => {
+                // Readiness is asked without the socket's lock (a receive
+                // would take it, against the kernel delivering the data).
+                let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
+                match rustix::event::poll(&mut fds, Some(&Timespec::default())) {
+                    Ok(n) if n > 0 => {
                         self.poll.caught();
-                        return Ok(got);
+                        return self.sock.read(buf);
                     }
-                    Err(Errno::AGAIN | Errno::INTR) => {}
+                    Ok(_) | Err(Errno::INTR) => {}
                     Err(e) => return Err(e.into()),
                 }
                 if start.elapsed() >= self.poll.window {
@@ -126,9 +138,6 @@ impl Read for Capped {
                 // it shares this CPU, is what the poll waits for.
                 std::thread::yield_now();
             }
-        }
-        if self.poll.window.is_zero() {
-            return self.sock.read(buf);
         }
         let start = Instant::now();
         let r = self.sock.read(buf);
