@@ -212,6 +212,50 @@ fn only_stale_blocks_are_written_when_demoting() {
     power_cycle(&bed, vol, &model, "after a close and a power cut", 24);
 }
 
+/// Writes into clean blocks of a shadowed extent mark them stale first and
+/// then write in place beside each other (the sequential-stream case: four
+/// writes in flight into one extent): from four threads at once, every
+/// block written ends stale and no other, and a demotion afterwards carries
+/// every one of them to the HDD.
+#[test]
+fn concurrent_writes_into_a_shadowed_extent_all_reach_the_hdd_when_it_leaves() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    two_shadows(&vol, &mut model);
+    let vol = std::sync::Arc::new(vol);
+    let writers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let vol = std::sync::Arc::clone(&vol);
+            std::thread::spawn(move || {
+                // Thread t writes blocks t, t + 4 and t + 8, twice each.
+                let mut wrote = Vec::new();
+                for round in 0..2u64 {
+                    for b in [t, t + 4, t + 8] {
+                        let data = pattern(40 + round * 16 + b, BLK as usize);
+                        vol.write(at(0, b), &data, false).expect("write");
+                        wrote.push((b, data));
+                    }
+                }
+                wrote
+            })
+        })
+        .collect();
+    for w in writers {
+        for (b, data) in w.join().expect("writer") {
+            model[at(0, b) as usize..at(0, b + 1) as usize].copy_from_slice(&data);
+        }
+    }
+    assert_eq!(stale_blocks(&vol, 0), (0..12).collect::<Vec<u32>>());
+    assert_reads(&vol, &model, "after the concurrent writes");
+    vol.flush().expect("flush");
+    let hdd0 = dev_written(&vol, Tier::Hdd);
+    assert_eq!(migrate(&vol, 0, Tier::Hdd), MoveOutcome::Moved(12 * BLK));
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, 12 * BLK);
+    assert_home(&bed, &vol, &model, 0, "after the demotion");
+    assert_reads(&vol, &model, "after the demotion");
+}
+
 #[test]
 fn a_clean_close_keeps_the_shadows() {
     let bed = Bed::new(8, 16, 2);
