@@ -131,7 +131,7 @@ impl Default for Config {
             max_connections: 256,
             nbd_threads: 16,
             nbd_zero_copy: true,
-            nbd_poll: std::time::Duration::from_micros(crate::nbd::DEFAULT_POLL_US),
+            nbd_poll: crate::units::NBD_POLL_DEFAULT,
             handshake_timeout: std::time::Duration::from_secs(30),
             tls_cert: None,
             tls_key: None,

@@ -155,6 +155,13 @@ pub const REASONS: [Reason; 9] = [
     Reason::Evacuate,
 ];
 
+/// How long the thread reading an NBD connection's next request polls for
+/// it before it sleeps, by default (`nbd-poll`): long enough for a client
+/// on the same machine to answer a reply with its next request (measured
+/// in docs/performance.md). Shared by the server's options and the
+/// configuration.
+pub const NBD_POLL_DEFAULT: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Durations in the configuration: a number of seconds or a string with a
 /// unit (`50us`, `500ms`, `60s`, `5m`, `1h`).
 pub mod duration_secs {

@@ -37,7 +37,5 @@ mod transmission;
 
 pub use export::{Export, ExportConn, ExportError, IoCtx, NoHints, StatusRun};
 pub use mem::MemExport;
-pub use server::{
-    ConnectionError, NoObserver, RequestObserver, Server, ServerOptions, DEFAULT_POLL_US,
-};
+pub use server::{ConnectionError, NoObserver, RequestObserver, Server, ServerOptions};
 pub use tls::{ServerTls, TlsError, TlsFiles};

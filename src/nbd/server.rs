@@ -110,17 +110,12 @@ impl Default for ServerOptions {
             max_in_flight_bytes: 128 * 1024 * 1024,
             threads: 16,
             zero_copy: true,
-            poll: Duration::from_micros(DEFAULT_POLL_US),
+            poll: crate::units::NBD_POLL_DEFAULT,
             tls: None,
             observer: Arc::new(NoObserver),
         }
     }
 }
-
-/// Default [`ServerOptions::poll`], in microseconds: long enough for a
-/// client on the same machine to answer a reply with its next request
-/// (measured in docs/performance.md).
-pub const DEFAULT_POLL_US: u64 = 50;
 
 /// Why a connection ended abnormally.
 #[derive(Debug, thiserror::Error)]
