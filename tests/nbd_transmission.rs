@@ -11,6 +11,7 @@
 mod nbd_support;
 
 use nbd_support::*;
+use tierd::nbd::RequestKind;
 
 /// Generate one test per loop for each case `fn case(threads: usize)`.
 macro_rules! on_both_loops {
@@ -47,6 +48,7 @@ on_both_loops!(
     bad_request_magic_disconnects,
     client_vanishing_mid_request_frees_the_server,
     unix_socket_with_qemu_io,
+    the_export_is_told_of_every_request_that_runs,
 );
 
 /// The test export served with `threads` per connection.
@@ -825,4 +827,50 @@ async fn waiting_requests_grow_the_thread_pool() {
         threads,
         "the pool reached its full count"
     );
+}
+
+/// [`ExportConn::request`] hears of every request that runs, in the order
+/// sent, with its kind, range and FUA flag; a refused request (out of
+/// range) and DISC are not among them.
+async fn the_export_is_told_of_every_request_that_runs(threads: usize) {
+    let export = Arc::new(TestExport::new());
+    let server = start_with(
+        Arc::clone(&export) as Arc<dyn Export>,
+        ServerOptions { threads, ..opts() },
+    )
+    .await;
+    let mut c = Client::ready(server.addr, true).await;
+    c.write(CMD_FLAG_FUA, 1, 4096, &pattern(8192, 3)).await;
+    assert_eq!(c.result(1).await.0, 0);
+    assert_eq!(c.read(2, 4096, 512).await.len(), 512);
+    assert_eq!(c.cmd(0, CMD_FLUSH, 3, 0, 0).await, 0);
+    assert_eq!(c.cmd(CMD_FLAG_FUA, CMD_TRIM, 4, 65536, 4096).await, 0);
+    assert_eq!(c.cmd(0, CMD_WRITE_ZEROES, 5, 8192, 1024).await, 0);
+    assert_eq!(c.cmd(0, CMD_CACHE, 6, 0, 65536).await, 0);
+    c.request(0, CMD_BLOCK_STATUS, 7, 0, 65536).await;
+    assert!(!c.full_reply(7).await.is_empty());
+    // Past the end: refused by the server, never run.
+    assert_ne!(c.cmd(0, CMD_READ, 8, SIZE, 512).await, 0);
+    c.request(0, CMD_DISC, 9, 0, 0).await;
+    c.expect_closed().await;
+    let info = |kind, offset, len, fua| RequestInfo {
+        kind,
+        offset,
+        len,
+        fua,
+    };
+    let seen = export.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![
+            info(RequestKind::Write, 4096, 8192, true),
+            info(RequestKind::Read, 4096, 512, false),
+            info(RequestKind::Flush, 0, 0, false),
+            info(RequestKind::Trim, 65536, 4096, true),
+            info(RequestKind::WriteZeroes, 8192, 1024, false),
+            info(RequestKind::Cache, 0, 65536, false),
+            info(RequestKind::BlockStatus, 0, 65536, false),
+        ]
+    );
+    server.shutdown().await;
 }

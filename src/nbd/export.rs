@@ -131,6 +131,43 @@ pub trait ExportConn: Send {
     /// every READ and WRITE that will run, in the order the client sent
     /// them).
     fn hint(&mut self, offset: u64, len: u64) -> IoHint;
+
+    /// Told of every request that will run (it passed validation and the
+    /// server has room for it), in the order the client sent them, before
+    /// it runs. Default: nothing (a recorder of traces listens here).
+    fn request(&mut self, _req: &RequestInfo) {}
+}
+
+/// What kind of request [`ExportConn::request`] is told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    /// `NBD_CMD_READ`.
+    Read,
+    /// `NBD_CMD_WRITE`.
+    Write,
+    /// `NBD_CMD_FLUSH`.
+    Flush,
+    /// `NBD_CMD_TRIM`.
+    Trim,
+    /// `NBD_CMD_CACHE`.
+    Cache,
+    /// `NBD_CMD_WRITE_ZEROES`.
+    WriteZeroes,
+    /// `NBD_CMD_BLOCK_STATUS`.
+    BlockStatus,
+}
+
+/// A request as [`ExportConn::request`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// Its kind.
+    pub kind: RequestKind,
+    /// First byte (0 for a flush).
+    pub offset: u64,
+    /// Bytes it covers (0 for a flush).
+    pub len: u64,
+    /// `NBD_CMD_FLAG_FUA`.
+    pub fua: bool,
 }
 
 /// An [`ExportConn`] with no per-connection state: every hint is the default.

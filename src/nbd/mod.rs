@@ -35,7 +35,9 @@ mod threaded;
 pub mod tls;
 mod transmission;
 
-pub use export::{Export, ExportConn, ExportError, IoCtx, NoHints, StatusRun};
+pub use export::{
+    Export, ExportConn, ExportError, IoCtx, NoHints, RequestInfo, RequestKind, StatusRun,
+};
 pub use mem::MemExport;
 pub use server::{ConnectionError, NoObserver, RequestObserver, Server, ServerOptions};
 pub use tls::{ServerTls, TlsError, TlsFiles};

@@ -5,6 +5,7 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::export::{RequestInfo, RequestKind};
 use super::handshake::Session;
 use super::proto::{self, Request};
 use super::reply::MAX_DESCRIPTORS;
@@ -52,6 +53,32 @@ pub(super) enum Op {
 }
 
 impl Op {
+    /// What [`ExportConn::request`](super::ExportConn::request) is told of
+    /// this op; `length` is the request's length field (a WRITE's payload
+    /// may not be received yet).
+    pub(super) fn info(&self, length: u32) -> RequestInfo {
+        let (kind, offset, fua) = match self {
+            Op::Read { offset, .. } => (RequestKind::Read, *offset, false),
+            Op::Write { offset, fua, .. } => (RequestKind::Write, *offset, *fua),
+            Op::Flush => (RequestKind::Flush, 0, false),
+            Op::Trim { offset, fua, .. } => (RequestKind::Trim, *offset, *fua),
+            Op::Cache { offset, .. } => (RequestKind::Cache, *offset, false),
+            Op::WriteZeroes { offset, fua, .. } => (RequestKind::WriteZeroes, *offset, *fua),
+            Op::BlockStatus { offset, .. } => (RequestKind::BlockStatus, *offset, false),
+        };
+        let len = if matches!(self, Op::Flush) {
+            0
+        } else {
+            u64::from(length)
+        };
+        RequestInfo {
+            kind,
+            offset,
+            len,
+            fua,
+        }
+    }
+
     /// The command name (the metrics label) and payload bytes of the op.
     pub(super) fn label(&self) -> (&'static str, u64) {
         match self {

@@ -410,6 +410,7 @@ impl Shared {
             return Ok(Some(Job::Reply(head)));
         }
         let cookie = req.cookie;
+        r.conn.request(&op.info(req.length));
         Ok(Some(match op {
             Op::Write { offset, fua, .. } => {
                 if let Err(e) = receive(&mut r.rd, buf, req.length) {

@@ -156,6 +156,7 @@ where
                 });
             }
             (Next::Run(op, _), Some(permits)) => {
+                conn.request(&op.info(req.length));
                 let op = match op {
                     Op::Write { offset, fua, .. } => {
                         // Allocated only now: the length passed validation.

@@ -12,7 +12,10 @@ pub use std::sync::Arc;
 pub use std::time::Duration;
 
 pub use tierd::nbd::proto::*;
-pub use tierd::nbd::{Export, ExportError, IoCtx, MemExport, Server, ServerOptions, StatusRun};
+pub use tierd::nbd::{
+    Export, ExportConn, ExportError, IoCtx, MemExport, RequestInfo, Server, ServerOptions,
+    StatusRun,
+};
 pub use tokio::io::{AsyncReadExt, AsyncWriteExt};
 pub use tokio::net::{TcpListener, TcpStream};
 pub use tokio::sync::oneshot;
@@ -36,6 +39,21 @@ pub struct TestExport {
     pub read_threads: std::sync::Mutex<Vec<(String, std::thread::ThreadId)>>,
     /// Every read sleeps this long (off the CPU, as on a slow device).
     pub read_sleep: Duration,
+    /// What every connection's [`ExportConn::request`] was told, in order.
+    pub seen: Arc<std::sync::Mutex<Vec<RequestInfo>>>,
+}
+
+/// The per-connection side of [`TestExport`]: keeps what it is told.
+struct SeenConn(Arc<std::sync::Mutex<Vec<RequestInfo>>>);
+
+impl ExportConn for SeenConn {
+    fn hint(&mut self, _offset: u64, _len: u64) -> tierd::units::IoHint {
+        tierd::units::IoHint::default()
+    }
+
+    fn request(&mut self, req: &RequestInfo) {
+        self.0.lock().unwrap().push(*req);
+    }
 }
 
 impl TestExport {
@@ -44,6 +62,7 @@ impl TestExport {
             mem: MemExport::new(SIZE),
             read_threads: Default::default(),
             read_sleep: Duration::ZERO,
+            seen: Default::default(),
         }
     }
 
@@ -129,6 +148,9 @@ impl Export for TestExport {
     }
     fn can_multi_conn(&self) -> bool {
         self.mem.can_multi_conn()
+    }
+    fn connect(&self) -> Box<dyn ExportConn> {
+        Box::new(SeenConn(Arc::clone(&self.seen)))
     }
 }
 
