@@ -100,6 +100,10 @@ pub struct HeatMap {
     hits: Box<[AtomicU32]>,
     /// Decayed score per extent, as f32 bits (written by `tick` only).
     scores: Box<[AtomicU32]>,
+    /// Decayed count of the distinct seconds with hits, per extent, as f32
+    /// bits (written by `tick` only): how often the extent came back, not
+    /// how many requests one visit made.
+    recurrence: Box<[AtomicU32]>,
     /// Touched-block bitmaps: `words` per extent, current window.
     cur: Box<[AtomicU64]>,
     /// The previous window.
@@ -145,6 +149,7 @@ impl HeatMap {
             cfg,
             hits: atomics32(n),
             scores: atomics32(n),
+            recurrence: atomics32(n),
             cur: atomics64(n * words),
             prev: atomics64(n * words),
             last: atomics32(n),
@@ -234,25 +239,35 @@ impl HeatMap {
             0.5f64.powf(elapsed.as_secs_f64() / self.cfg.half_life.as_secs_f64().max(1e-9)) as f32;
         let stamp = Self::stamp(now.saturating_sub(t.origin));
         self.ticks.fetch_add(1, Ordering::Relaxed);
-        for ((h, s), l) in self
+        for (((h, s), r), l) in self
             .hits
             .iter()
             .zip(self.scores.iter())
+            .zip(self.recurrence.iter())
             .zip(self.last.iter())
         {
             let hits = h.swap(0, Ordering::Relaxed);
-            if hits > 0 {
-                l.store(stamp, Ordering::Relaxed);
-            }
+            // A second with hits that the extent had none in before: it
+            // came back (ticks may come faster than one a second).
+            let back = hits > 0 && l.swap(stamp, Ordering::Relaxed) != stamp;
             let old = f32::from_bits(s.load(Ordering::Relaxed));
-            if hits == 0 && old == 0.0 {
+            let old_r = f32::from_bits(r.load(Ordering::Relaxed));
+            if hits == 0 && old == 0.0 && old_r == 0.0 {
                 continue;
             }
-            let mut new = old * decay + hits as f32;
-            if new < 1e-3 {
-                new = 0.0;
-            }
-            s.store(new.to_bits(), Ordering::Relaxed);
+            let fold = |old: f32, add: f32| {
+                let new = old * decay + add;
+                if new < 1e-3 {
+                    0.0
+                } else {
+                    new
+                }
+            };
+            s.store(fold(old, hits as f32).to_bits(), Ordering::Relaxed);
+            r.store(
+                fold(old_r, if back { 1.0 } else { 0.0 }).to_bits(),
+                Ordering::Relaxed,
+            );
         }
         if now.saturating_sub(t.last_rotation) >= self.cfg.coverage_window {
             t.last_rotation = now;
@@ -300,6 +315,17 @@ impl HeatMap {
                 l != 0 && u64::from(now.saturating_sub(l)) < idle
             })
             .collect()
+    }
+
+    /// Decayed count of the distinct seconds in which an extent was
+    /// touched, as of the last tick (with the score's half-life): about 1
+    /// after one visit however many requests it made, growing only when
+    /// the extent is used again later.
+    pub fn recurrence(&self, extent: u64) -> f32 {
+        self.recurrence
+            .get(extent as usize)
+            .map(|s| f32::from_bits(s.load(Ordering::Relaxed)))
+            .unwrap_or(0.0)
     }
 
     /// Decayed score of an extent as of the last tick.
@@ -391,9 +417,15 @@ impl HeatMap {
             .collect();
         let mut n = 0;
         for (i, v) in saved {
-            if let Some(s) = self.scores.get(i as usize) {
+            if let (Some(s), Some(r)) =
+                (self.scores.get(i as usize), self.recurrence.get(i as usize))
+            {
                 if v.is_finite() && v > 0.0 {
                     s.store(v.to_bits(), Ordering::Relaxed);
+                    // Not saved: a score this high was most likely earned
+                    // over more than one visit, up to the two that show
+                    // reuse.
+                    r.store(v.min(2.0).to_bits(), Ordering::Relaxed);
                     n += 1;
                 }
             }
@@ -410,6 +442,31 @@ mod tests {
 
     fn map() -> HeatMap {
         HeatMap::new(HeatConfig::default(), 8, MIB, 4096, Duration::ZERO)
+    }
+
+    #[test]
+    fn recurrence_counts_the_seconds_an_extent_comes_back_in_not_its_requests() {
+        let m = map();
+        let h = IoHint::default();
+        // Extent 0: a run of ten requests within one second (two ticks in
+        // that second). Extent 1: one request in each of three seconds.
+        for i in 0..10 {
+            m.record(i * 8192, 8192, h);
+        }
+        m.record(MIB, 4096, h);
+        m.tick(Duration::from_millis(300));
+        m.tick(Duration::from_millis(600));
+        m.record(MIB + 4096, 4096, h);
+        m.tick(Duration::from_millis(1300));
+        m.record(MIB + 8192, 4096, h);
+        m.tick(Duration::from_millis(2300));
+        assert!(m.score(0) > 9.0, "{}", m.score(0));
+        assert!((m.recurrence(0) - 1.0).abs() < 0.05, "{}", m.recurrence(0));
+        assert!(m.recurrence(1) > 2.9, "{}", m.recurrence(1));
+        // A restored score stands for at most two visits.
+        let r = map();
+        assert_eq!(r.restore(&m.snapshot()), 2);
+        assert!((r.recurrence(0) - 2.0).abs() < 0.1);
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! 2. **Reserve**: while the SSD has fewer free slots than the reserve, the
 //!    coldest unpinned SSD extents are demoted.
 //! 3. **Promotion**: HDD extents whose *effective* heat reaches
-//!    `promote-min-score` move up, hottest first — into free SSD space above
+//!    `promote-min-score`, and that came back (touched in at least two
+//!    distinct seconds recently: a burst within one second is no reuse),
+//!    move up, hottest first — into free SSD space above
 //!    the reserve if there is any, else by swapping with the coldest SSD
 //!    extent (promoting into a reserve slot first, then demoting to refill
 //!    it). *Recency first*: an extent in use (touched within
@@ -59,6 +61,11 @@ pub struct Move {
     pub to: Tier,
     /// Why.
     pub reason: Reason,
+    /// A move that may wait: a refill of the reserve above its floor. The
+    /// worker runs it only while the HDD serves no foreground I/O
+    /// (`migrate.speculative-idle`), so work that can wait never slows
+    /// down a user.
+    pub speculative: bool,
 }
 
 /// What the policy knows of one mapped extent.
@@ -70,6 +77,10 @@ pub struct Candidate {
     pub tier: Tier,
     /// Decayed heat score.
     pub score: f32,
+    /// Decayed count of the distinct seconds it was touched in
+    /// ([`HeatMap::recurrence`]): whether it came back, not how many
+    /// requests one visit made.
+    pub recurrence: f32,
     /// Distinct blocks touched recently.
     pub coverage: u32,
     /// Pin, if any.
@@ -95,6 +106,7 @@ pub fn candidates(vol: &Volume, heat: &HeatMap) -> Vec<Candidate> {
             tier: loc.tier,
             slot: loc.slot,
             score: heat.score(e),
+            recurrence: heat.recurrence(e),
             coverage: heat.coverage(e),
             pin: pin_in(&pins, e),
             active: active.get(e as usize).copied().unwrap_or(false),
@@ -102,6 +114,21 @@ pub fn candidates(vol: &Volume, heat: &HeatMap) -> Vec<Candidate> {
         })
         .collect()
 }
+
+/// Recurrence (decayed count of the distinct seconds an extent was touched
+/// in) from which an extent came back: it was used in two seconds at least,
+/// recently. A promotion needs it besides its score, and so does an
+/// extent's part in its zone's activity (neighbourhood prefetch): a short
+/// run of requests within one second earns a score of several, but says
+/// nothing about whether the extent will be used again, and uniform random
+/// reads over a large region touch many extents once each.
+const CAME_BACK: f32 = 1.9;
+
+/// Recurrence from which an extent counts for its zone's activity
+/// (neighbourhood prefetch reads a whole zone, so it wants more than two
+/// visits, which uniform random reads over a large region give many
+/// extents by chance within seconds): touched in three distinct seconds.
+const KEEPS_COMING_BACK: f32 = 2.9;
 
 /// Policy knobs. Flattened into the `[migrate]` table (`migrate.max-moves`),
 /// whose `MigrateConfig` refuses unknown keys for both (serde's `flatten`
@@ -219,6 +246,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
                     extent: c.extent,
                     to: Tier::Hdd,
                     reason: Reason::Pin,
+                    speculative: false,
                 });
                 free += 1;
             }
@@ -227,6 +255,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
                     extent: c.extent,
                     to: Tier::Ssd,
                     reason: Reason::Pin,
+                    speculative: false,
                 });
                 free -= 1;
             }
@@ -280,6 +309,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             extent: c.extent,
             to: Tier::Hdd,
             reason: Reason::Reserve,
+            speculative: false,
         });
         free += 1;
     }
@@ -294,7 +324,12 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     let mut hot: Vec<&Candidate> = input
         .candidates
         .iter()
-        .filter(|c| c.tier == Tier::Hdd && c.pin.is_none() && eff(c) >= cfg.promote_min_score)
+        .filter(|c| {
+            c.tier == Tier::Hdd
+                && c.pin.is_none()
+                && eff(c) >= cfg.promote_min_score
+                && c.recurrence >= CAME_BACK
+        })
         .collect();
     hot.sort_by(|a, b| eff(b).total_cmp(&eff(a)).then(a.extent.cmp(&b.extent)));
     // Free space above the reserve takes promotions as they are; a slot
@@ -354,22 +389,39 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         // Activity of a zone: separate runs of recently touched extents. A
         // sequential stream's first few MiB (which earn heat before the
         // stream is recognised) are one run, so they never make a zone busy.
-        let mut touched: Vec<u64> = input
+        //
+        // Only extents that keep coming back count for runs
+        // (KEEPS_COMING_BACK): extents touched in a visit or two each are a
+        // scatter, as uniform random reads
+        // over a large region make, not a working set, and prefetching
+        // their neighbours would read the HDD beside its users for reads
+        // that may never come.
+        let mut touched: Vec<(u64, bool)> = input
             .candidates
             .iter()
             .filter(|c| c.coverage > 0)
-            .map(|c| c.extent)
+            .map(|c| (c.extent, c.recurrence >= KEEPS_COMING_BACK))
             .collect();
         touched.sort_unstable();
         let mut active: HashMap<u64, u32> = HashMap::new();
+        // Runs of any touched extents: what keeps a zone's SSD extents from
+        // making way for a prefetch.
+        let mut any: HashMap<u64, u32> = HashMap::new();
         let mut in_zone: HashMap<u64, u32> = HashMap::new();
-        let mut prev = None;
-        for e in touched {
-            if prev.is_none_or(|p: u64| p + 1 != e || p / z != e / z) {
-                *active.entry(e / z).or_default() += 1;
+        let (mut prev, mut prev_any) = (None, None);
+        for (e, reused) in touched {
+            let new_run = |p: Option<u64>| p.is_none_or(|p| p + 1 != e || p / z != e / z);
+            if reused {
+                if new_run(prev) {
+                    *active.entry(e / z).or_default() += 1;
+                }
+                prev = Some(e);
             }
+            if new_run(prev_any) {
+                *any.entry(e / z).or_default() += 1;
+            }
+            prev_any = Some(e);
             *in_zone.entry(e / z).or_default() += 1;
-            prev = Some(e);
         }
         // A zone three quarters of whose extents are in use is busy too,
         // though they form few runs: a working set that has mostly come up,
@@ -395,11 +447,15 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             .map(|c| c.extent / z)
             .collect();
         active.retain(|zone, _| recent.contains(zone));
-        let in_use = |c: &Candidate| active.get(&(c.extent / z)).copied().unwrap_or(0);
-        // Busy zones, grown into neighbouring zones with any activity at
-        // all: a working set spread over many zones (each touched only a
-        // few times while the workload still runs at HDD speed) is found
-        // from its busiest zones outwards, as long as it is contiguous.
+        any.retain(|zone, _| recent.contains(zone));
+        let in_use = |c: &Candidate| {
+            let zone = c.extent / z;
+            active.get(&zone).copied().unwrap_or(0) + any.get(&zone).copied().unwrap_or(0)
+        };
+        // Busy zones, grown into neighbouring zones with any reuse at all: a
+        // working set spread over many zones (each touched only a few times
+        // while the workload still runs at HDD speed) is found from its
+        // busiest zones outwards, as long as it is contiguous.
         let mut busy: HashSet<u64> = active
             .iter()
             .filter(|(_, n)| **n >= cfg.zone_min_active.max(1))
@@ -470,6 +526,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
                     extent: d.extent,
                     to: Tier::Hdd,
                     reason,
+                    speculative: false,
                 });
                 free += 1;
             }
@@ -481,6 +538,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             extent: p.extent,
             to: Tier::Ssd,
             reason,
+            speculative: false,
         });
         free -= 1;
     }
@@ -489,6 +547,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             extent: d.extent,
             to: Tier::Hdd,
             reason,
+            speculative: false,
         });
         free += 1;
     }
@@ -511,10 +570,14 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     while free + cover.max(0) < reserve && moves.len() < budget {
         // A clean extent already counts as cover: demoting it would gain
         // nothing, so only extents without a clean copy are copied out.
-        let (c, reason) = match later.next() {
-            Some(v) => v,
+        // A victim of this round's promotions into lent slots leaves with
+        // them (the slots they took are the reserve's); a plain refill
+        // above the floor may wait for the HDD to be free of users: below
+        // it, step 2 of a later round demotes at once.
+        let (c, reason, speculative) = match later.next() {
+            Some((c, reason)) => (c, reason, false),
             None => match next_cold(&mut gone, &|c| !c.clean) {
-                Some(c) => (c, Reason::Reserve),
+                Some(c) => (c, Reason::Reserve, true),
                 None => break,
             },
         };
@@ -522,6 +585,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             extent: c.extent,
             to: Tier::Hdd,
             reason,
+            speculative,
         });
         free += 1;
     }
@@ -537,6 +601,7 @@ mod tests {
             extent,
             tier,
             score,
+            recurrence: score,
             coverage: 256,
             pin: None,
             slot: extent as u32,
@@ -579,12 +644,14 @@ mod tests {
                 Move {
                     extent: 1,
                     to: Tier::Ssd,
-                    reason: Reason::Hot
+                    reason: Reason::Hot,
+                    speculative: false
                 },
                 Move {
                     extent: 3,
                     to: Tier::Ssd,
-                    reason: Reason::Hot
+                    reason: Reason::Hot,
+                    speculative: false
                 },
             ]
         );
@@ -611,12 +678,14 @@ mod tests {
                 Move {
                     extent: 2,
                     to: Tier::Hdd,
-                    reason: Reason::Reserve
+                    reason: Reason::Reserve,
+                    speculative: true
                 },
                 Move {
                     extent: 3,
                     to: Tier::Hdd,
-                    reason: Reason::Reserve
+                    reason: Reason::Reserve,
+                    speculative: true
                 },
             ]
         );
@@ -642,12 +711,14 @@ mod tests {
                 Move {
                     extent: 2,
                     to: Tier::Ssd,
-                    reason: Reason::Hot
+                    reason: Reason::Hot,
+                    speculative: false
                 },
                 Move {
                     extent: 1,
                     to: Tier::Hdd,
-                    reason: Reason::Cold
+                    reason: Reason::Cold,
+                    speculative: false
                 },
             ]
         );
@@ -689,12 +760,14 @@ mod tests {
                 Move {
                     extent: 2,
                     to: Tier::Hdd,
-                    reason: Reason::Pin
+                    reason: Reason::Pin,
+                    speculative: false
                 },
                 Move {
                     extent: 3,
                     to: Tier::Ssd,
-                    reason: Reason::Pin
+                    reason: Reason::Pin,
+                    speculative: false
                 },
             ]
         );
@@ -711,14 +784,14 @@ mod tests {
     #[test]
     fn a_busy_zone_brings_its_neighbours_in_place_of_idle_data() {
         let cfg = PolicyConfig::default();
-        // Zone 1 (extents 64..128): four extents touched lightly (below the
-        // promotion score), two untouched. Zone 3: SSD data nobody touches.
+        // Zone 1 (extents 64..128): four extents touched a few times each
+        // (below the promotion score), two untouched. Zone 3: SSD data nobody touches.
         // Zone 4: an SSD extent touched once (its zone is in use).
         let mut v = vec![
-            touched(64, Tier::Hdd, 1.0, 1),
-            touched(70, Tier::Hdd, 1.0, 1),
-            touched(80, Tier::Hdd, 1.0, 1),
-            touched(90, Tier::Hdd, 1.0, 1),
+            touched(64, Tier::Hdd, 3.0, 1),
+            touched(70, Tier::Hdd, 3.0, 1),
+            touched(80, Tier::Hdd, 3.0, 1),
+            touched(90, Tier::Hdd, 3.0, 1),
             touched(100, Tier::Hdd, 0.0, 0),
             touched(101, Tier::Hdd, 0.0, 0),
             touched(200, Tier::Ssd, 0.0, 0),
@@ -862,12 +935,14 @@ mod tests {
                 Move {
                     extent: 1,
                     to: Tier::Hdd,
-                    reason: Reason::Idle
+                    reason: Reason::Idle,
+                    speculative: false
                 },
                 Move {
                     extent: 2,
                     to: Tier::Ssd,
-                    reason: Reason::Hot
+                    reason: Reason::Hot,
+                    speculative: false
                 },
             ]
         );
@@ -934,7 +1009,8 @@ mod tests {
             vec![Move {
                 extent: 3,
                 to: Tier::Hdd,
-                reason: Reason::Reserve
+                reason: Reason::Reserve,
+                speculative: true
             }]
         );
         // Without clean copies the coldest are copied out, as before.
@@ -956,7 +1032,7 @@ mod tests {
             zone_min_active: 3,
             ..PolicyConfig::default()
         };
-        let mut v: Vec<Candidate> = (0..7).map(|e| touched(e, Tier::Ssd, 1.0, 1)).collect();
+        let mut v: Vec<Candidate> = (0..7).map(|e| touched(e, Tier::Ssd, 3.0, 1)).collect();
         v.push(touched(7, Tier::Hdd, 0.0, 0));
         let p = plan(&cfg, &input(v.clone(), 10, 0));
         assert_eq!(
@@ -964,13 +1040,59 @@ mod tests {
             vec![Move {
                 extent: 7,
                 to: Tier::Ssd,
-                reason: Reason::Near
+                reason: Reason::Near,
+                speculative: false
             }]
         );
         // Five in use of eight (under three quarters, one run): not busy.
         let mut few: Vec<Candidate> = (0..5).map(|e| touched(e, Tier::Ssd, 1.0, 1)).collect();
         few.push(touched(7, Tier::Hdd, 0.0, 0));
         assert!(plan(&cfg, &input(few, 10, 0)).is_empty());
+    }
+
+    #[test]
+    fn a_burst_within_one_second_earns_no_promotion() {
+        // Scores past the promotion mark, free room: the extent that came
+        // back moves up, the one touched by a burst of requests in one
+        // visit does not.
+        let cfg = PolicyConfig::default();
+        let burst = Candidate {
+            recurrence: 1.0,
+            ..c(1, Tier::Hdd, 6.0)
+        };
+        let back = Candidate {
+            recurrence: 2.0,
+            ..c(2, Tier::Hdd, 3.0)
+        };
+        let p = plan(&cfg, &input(vec![burst, back], 10, 0));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!((p[0].extent, p[0].reason), (2, Reason::Hot));
+    }
+
+    #[test]
+    fn a_scatter_of_single_touches_is_no_working_set() {
+        // Zone 1: six extents touched in one or two visits each (uniform
+        // random reads over a large region), two untouched, free room:
+        // nothing is prefetched. The same zone whose extents keep coming
+        // back is a working set.
+        let cfg = PolicyConfig::default();
+        let zone = |recurrence: f32| -> Vec<Candidate> {
+            let mut v: Vec<Candidate> = [64, 66, 70, 80, 90, 100]
+                .into_iter()
+                .map(|e| Candidate {
+                    recurrence,
+                    ..touched(e, Tier::Hdd, 1.5, 1)
+                })
+                .collect();
+            v.push(touched(101, Tier::Hdd, 0.0, 0));
+            v.push(touched(102, Tier::Hdd, 0.0, 0));
+            v
+        };
+        assert!(plan(&cfg, &input(zone(1.0), 100, 0)).is_empty());
+        assert!(plan(&cfg, &input(zone(2.0), 100, 0)).is_empty());
+        let p = plan(&cfg, &input(zone(3.0), 100, 0));
+        assert_eq!(p.len(), 8, "{p:?}");
+        assert!(p.iter().all(|m| m.reason == Reason::Near && !m.speculative));
     }
 
     #[test]
@@ -985,10 +1107,10 @@ mod tests {
             ..PolicyConfig::default()
         };
         let v = vec![
-            touched(4, Tier::Hdd, 1.0, 1),
+            touched(4, Tier::Hdd, 3.0, 1),
             touched(5, Tier::Hdd, 0.0, 0),
-            touched(6, Tier::Hdd, 1.0, 1),
-            touched(9, Tier::Hdd, 1.0, 1),
+            touched(6, Tier::Hdd, 3.0, 1),
+            touched(9, Tier::Hdd, 3.0, 1),
             touched(10, Tier::Hdd, 0.0, 0),
             touched(13, Tier::Hdd, 0.0, 0),
             touched(17, Tier::Hdd, 1.0, 1),

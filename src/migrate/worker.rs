@@ -56,6 +56,12 @@ pub struct MigrateConfig {
     /// Longest wait for foreground I/O to calm down before one batch.
     #[serde(with = "crate::units::duration_secs")]
     pub max_backoff: Duration,
+    /// Speculative moves (neighbourhood prefetch, reserve refills above
+    /// the floor) run only once the HDD has served no foreground request
+    /// for this long; until then they wait for a later round (0: never
+    /// wait). A guess must not slow down a user of the HDD.
+    #[serde(with = "crate::units::duration_secs")]
+    pub speculative_idle: Duration,
     /// Moves carried out together (one sync and one flush; neighbouring
     /// slots copied with one large read and write).
     pub batch: usize,
@@ -78,6 +84,7 @@ impl Default for MigrateConfig {
             busy_inflight: 16,
             busy_latency: Duration::from_millis(100),
             max_backoff: Duration::from_millis(500),
+            speculative_idle: Duration::from_millis(250),
             batch: 32,
             heat_save_interval: Duration::from_secs(300),
             policy: PolicyConfig::default(),
@@ -106,6 +113,12 @@ impl MigrateConfig {
     }
 }
 
+/// Work that may wait (speculative moves, write-back of the log while the
+/// SSD is not draining, pre-cleaning) goes in groups of at most this many
+/// extents, each only while the HDD is free of users: a group that starts
+/// just before users come back holds them up for a few extents at most.
+const SPECULATIVE_BATCH: usize = 4;
+
 /// What one round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RoundReport {
@@ -129,6 +142,8 @@ pub struct RoundReport {
     pub shadows_dropped: usize,
     /// SSD extents given a clean HDD copy (pre-cleaning).
     pub precleaned: usize,
+    /// Speculative moves left for a later round: the HDD was serving users.
+    pub deferred: usize,
 }
 
 impl RoundReport {
@@ -272,7 +287,14 @@ impl Migrator {
 
     /// Pause or resume migration.
     pub fn set_paused(&self, paused: bool) {
-        self.paused.store(paused, Ordering::Relaxed);
+        let was = self.paused.swap(paused, Ordering::Relaxed);
+        if was && !paused {
+            // The write rate is measured from here: writes while paused
+            // are not a rate the next round should plan the reserve by
+            // (the bench pauses the migrator between its runs).
+            let now = self.vol.clock().now();
+            *self.last_written.lock() = (written_bytes(&self.vol), now);
+        }
     }
 
     /// Whether migration is paused.
@@ -392,7 +414,7 @@ impl Migrator {
             // to the other tier as room allows.
             self.evacuate(from, &cfg, &mut report);
             if !self.paused() {
-                self.write_back(&cfg, write_rate, &mut report);
+                self.write_back(&cfg, &mut report);
             }
             return report;
         }
@@ -429,13 +451,30 @@ impl Migrator {
             }
             let first = moves[k];
             let reserve = first.reason == Reason::Reserve;
+            // Speculative moves go a few at a time, each group only while
+            // the HDD is free of users: one that starts just before users
+            // come back holds them up for a few extents' copy at most.
+            let most = if first.speculative {
+                cfg.batch.clamp(1, SPECULATIVE_BATCH)
+            } else {
+                cfg.batch.max(1)
+            };
             let mut n = 1;
             while k + n < moves.len()
-                && n < cfg.batch.max(1)
+                && n < most
                 && moves[k + n].to == first.to
                 && (moves[k + n].reason == Reason::Reserve) == reserve
+                && moves[k + n].speculative == first.speculative
             {
                 n += 1;
+            }
+            if first.speculative && !self.hdd_free_of_users(&cfg) {
+                // A guess waits while users keep the HDD busy: it is
+                // planned again next round.
+                report.deferred += n;
+                p.queued.fetch_sub(n as u64, Ordering::Relaxed);
+                k += n;
+                continue;
             }
             let batch: Vec<(u64, Reason)> = moves[k..k + n]
                 .iter()
@@ -491,7 +530,7 @@ impl Migrator {
             }
         }
         if !self.paused() {
-            self.write_back(&cfg, write_rate, &mut report);
+            self.write_back(&cfg, &mut report);
         }
         // Idle: no foreground read or write since the last round.
         let reads = read_count(vol);
@@ -581,10 +620,10 @@ impl Migrator {
     /// dirty data). The volume refuses once the HDD has no slots to spare.
     fn preclean(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
         let vol = &self.vol;
-        if vol.inflight() > 0 || vol.log_usage().used > 0 {
+        if vol.inflight() > 0 || vol.log_usage().used > 0 || !self.hdd_free_of_users(cfg) {
             return;
         }
-        let batch = vol.unshadowed_ssd_extents(cfg.batch.max(1));
+        let batch = vol.unshadowed_ssd_extents(cfg.batch.clamp(1, SPECULATIVE_BATCH));
         if batch.is_empty() {
             return;
         }
@@ -610,30 +649,44 @@ impl Migrator {
     }
 
     /// Write logged blocks back from the SSD write log, in HDD order, so the
-    /// log has room for the next burst: always while the log is more than
-    /// half full, else only while the foreground is idle (bcache's
-    /// writeback does the same). Paced by the bucket; at most one batch per
-    /// round when idle-driven, so foreground I/O arriving is seen soon.
-    fn write_back(&self, cfg: &MigrateConfig, write_rate: f64, report: &mut RoundReport) {
+    /// log has room for the next burst: at once while the SSD drains (four
+    /// batches a round), else only while the HDD serves no user
+    /// (`speculative-idle`; a few extents at a time, so users coming back
+    /// are seen soon). Paced by the bucket.
+    fn write_back(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
         let vol = &self.vol;
         let usage = vol.log_usage();
         if usage.used == 0 {
             return;
         }
         // Draining the SSD empties the log as fast as the budget allows.
-        let urgent = usage.segments * 2 > usage.cap || vol.evacuating() == Some(Tier::Ssd);
-        let idle = vol.inflight() == 0 && write_rate < 1.0;
+        let urgent = vol.evacuating() == Some(Tier::Ssd);
+        // Else only while the HDD serves no user: writing a block back
+        // costs the HDD what writing it in place would have, so doing it
+        // beside users only slows them down (a full log sends new writes
+        // to the HDD in place, as the HDD alone would take them, and it
+        // never takes the last few reserve slots, so swaps go on:
+        // `log::cap_for`).
+        let idle = vol.inflight() == 0 && self.hdd_free_of_users(cfg);
         if !urgent && !idle {
             return;
         }
+        // While the SSD drains, full batches; else a few extents at a time
+        // (scattered 4 KiB blocks cost the HDD a seek each), each group only
+        // while the HDD is still free of users.
+        let group = if urgent {
+            cfg.batch.max(1)
+        } else {
+            cfg.batch.clamp(1, SPECULATIVE_BATCH)
+        };
         let extents: Vec<u64> = vol
             .logged_extents()
             .into_iter()
             .map(|(e, _)| e)
             .take(cfg.batch.max(1) * if urgent { 4 } else { 1 })
             .collect();
-        for batch in extents.chunks(cfg.batch.max(1)) {
-            if self.paused() {
+        for batch in extents.chunks(group) {
+            if self.paused() || (!urgent && !self.hdd_free_of_users(cfg)) {
                 break;
             }
             self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
@@ -660,6 +713,13 @@ impl Migrator {
                 }
             }
         }
+    }
+
+    /// Whether the HDD has served no user for `speculative-idle`: work
+    /// that may wait (speculative moves, write-back of a log that is not
+    /// filling up, pre-cleaning) runs only then.
+    fn hdd_free_of_users(&self, cfg: &MigrateConfig) -> bool {
+        cfg.speculative_idle.is_zero() || self.vol.hdd_foreground_idle() >= cfg.speculative_idle
     }
 
     /// Take `bytes` from `bucket` and sleep for the wait it says. Called

@@ -206,6 +206,7 @@ impl Volume {
         if let Some(t0) = t0 {
             let t1 = self.clock.now();
             self.hdd_latency.sample(t1.saturating_sub(t0), t1);
+            self.hdd_foreground_now();
         }
         self.heat.record(offset, len, hint);
         Stats::add(&self.stats.read_hits[i], 1);
@@ -264,6 +265,7 @@ impl Volume {
                 if timed {
                     let t1 = self.clock.now();
                     self.hdd_latency.sample(t1.saturating_sub(t0), t1);
+                    self.hdd_foreground_now();
                 }
                 let i = tier.index();
                 if let Err(e) = r {

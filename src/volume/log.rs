@@ -46,6 +46,20 @@ pub struct LogUsage {
     pub places: u64,
 }
 
+/// Segments the log may hold with a reserve of `reserve` slots: all but a
+/// few (an eighth, at most [`SWAP_ROOM`]). On a full volume the log's
+/// segments can only come out of the reserve, and with none of it left
+/// migration stops: a promotion needs a free SSD slot to start the swap that
+/// frees an HDD slot for its victim, and the HDD has none. The few kept
+/// back let swaps go on while the log is full, so a working set can still
+/// come up while the log waits for the HDD to be free to write back.
+pub(crate) fn cap_for(reserve: u32) -> u32 {
+    reserve - (reserve / 8).min(SWAP_ROOM)
+}
+
+/// Most reserve slots the log leaves alone ([`cap_for`]).
+pub(crate) const SWAP_ROOM: u32 = 32;
+
 impl WriteLog {
     /// A log of at most `cap` segments of `places` places, holding the
     /// places `in_use` (from the extent records at open).

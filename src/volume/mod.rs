@@ -193,6 +193,8 @@ pub struct Volume {
     inflight: AtomicUsize,
     /// Smoothed latency of foreground HDD reads.
     hdd_latency: io::Latency,
+    /// When the HDD last served foreground I/O (ns on the volume's clock).
+    hdd_fg_at: std::sync::atomic::AtomicU64,
     /// Counters for metrics.
     stats: Stats,
 }
@@ -242,6 +244,26 @@ impl Volume {
     /// Foreground requests in progress.
     pub(crate) fn inflight(&self) -> usize {
         self.inflight.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How long the HDD has served no foreground I/O (a user's read or a
+    /// write in place), on the volume's clock; since the volume opened if
+    /// never.
+    pub fn hdd_foreground_idle(&self) -> std::time::Duration {
+        let last = self.hdd_fg_at.load(std::sync::atomic::Ordering::Relaxed);
+        self.clock
+            .now()
+            .saturating_sub(std::time::Duration::from_nanos(last))
+    }
+
+    /// Note foreground I/O on the HDD now (for [`Volume::hdd_foreground_idle`]).
+    pub(crate) fn hdd_foreground_now(&self) {
+        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
+            self.hdd_fg_at.store(
+                self.clock.now().as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
     }
 
     /// Smoothed latency of foreground HDD reads (on the volume's clock),

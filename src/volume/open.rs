@@ -305,7 +305,11 @@ impl Volume {
             )?;
         }
         store.flush()?;
-        let log = WriteLog::new(geo.reserve_extents, blocks, log_in_use.into_iter());
+        let log = WriteLog::new(
+            super::log::cap_for(geo.reserve_extents),
+            blocks,
+            log_in_use.into_iter(),
+        );
         let used: Vec<super::extent::Loc> = owner
             .iter()
             .enumerate()
@@ -369,6 +373,7 @@ impl Volume {
             moves: Mutex::new(HashMap::new()),
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
+            hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
             stats: Stats::default(),
         })
     }

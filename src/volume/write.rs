@@ -58,6 +58,9 @@ impl Volume {
         let r = self.shared_write(p.extent, (first, last), || {
             dev.write_at_nowait(data, self.geo.slot_offset(m.loc.slot) + p.start)
         })?;
+        if m.loc.tier == Tier::Hdd {
+            self.hdd_foreground_now();
+        }
         if let Err(e) = r {
             Stats::add(&self.stats.dev_errors[i], 1);
             return Some(Err(io_err(dev.as_ref())(e)));
@@ -530,6 +533,9 @@ impl Volume {
     pub(crate) fn raw_write(&self, tier: Tier, at: u64, data: &[u8]) -> VolumeResult<()> {
         let dev = self.devices.get(tier);
         let i = tier.index();
+        if tier == Tier::Hdd {
+            self.hdd_foreground_now();
+        }
         if let Err(e) = dev.write_at(data, at) {
             Stats::add(&self.stats.dev_errors[i], 1);
             return Err(io_err(dev.as_ref())(e));

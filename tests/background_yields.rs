@@ -1,0 +1,137 @@
+//! Work that can wait waits for the HDD to be free of users: a refill of
+//! the reserve above its floor and the write-back of the SSD write log are
+//! left for a later round while the HDD served a user within
+//! `migrate.speculative-idle`, and run once it has been free that long; and
+//! the write log never takes the last few reserve slots, so a promotion can
+//! still start a swap while the log is full.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tierd::units::Reason;
+use tierd::volume::Tier;
+
+const BLK: u64 = 4096;
+
+/// A read of one block of `extent` (on the HDD), a user of the HDD now.
+fn user_reads(vol: &tierd::volume::Volume, extent: u64) {
+    let mut buf = vec![0u8; BLK as usize];
+    vol.read(extent * EXTENT, &mut buf).expect("read");
+}
+
+#[test]
+fn a_reserve_refill_waits_while_users_read_the_hdd() {
+    // 8 SSD slots, 2 of them reserve; 32 HDD slots.
+    let bed = Bed::new(8, 32, 2);
+    let vol = bed.open();
+    // No part of the reserve protected for the recent write rate: the
+    // refill never has a floor to restore at once, so it may wait.
+    let m = tierd::migrate::Migrator::new(
+        vol.clone(),
+        vol.heat(),
+        tierd::migrate::MigrateConfig {
+            bandwidth: tierd::units::ByteSize(0),
+            reserve_horizon: Duration::ZERO,
+            ..tierd::migrate::MigrateConfig::default()
+        },
+    );
+    for e in 0..6 {
+        vol.write(e * EXTENT, &pattern(e, EXTENT as usize), false)
+            .expect("write");
+    }
+    bed.round(&m, 1);
+    // Two new extents take the reserve; two more spill to the HDD.
+    for e in 10..14 {
+        vol.write(e * EXTENT, &pattern(e, EXTENT as usize), false)
+            .expect("burst write");
+    }
+    assert_eq!(vol.free_slots(Tier::Ssd), 0);
+    bed.clock.advance(Duration::from_secs(2));
+    // A user reads the HDD, and the round comes right after it.
+    user_reads(&vol, 12);
+    let r = m.run_round();
+    assert!(r.deferred > 0, "the refill was not deferred: {r:?}");
+    assert_eq!(vol.free_slots(Tier::Ssd), 0, "{r:?}");
+    assert_eq!(vol.stats().migrations_to(Tier::Hdd, Reason::Reserve), 0);
+    // Users keep reading within the window: still waiting.
+    bed.clock.advance(Duration::from_millis(200));
+    user_reads(&vol, 13);
+    bed.clock.advance(Duration::from_millis(200));
+    let r = m.run_round();
+    assert!(r.deferred > 0, "{r:?}");
+    assert_eq!(vol.free_slots(Tier::Ssd), 0);
+    // Free of users for longer than speculative-idle: the reserve is back.
+    let r = bed.round(&m, 1);
+    assert_eq!(r.deferred, 0, "{r:?}");
+    assert_eq!(vol.free_slots(Tier::Ssd), 2, "{r:?}");
+    assert_eq!(vol.stats().migrations_to(Tier::Hdd, Reason::Reserve), 2);
+    for e in (0..6).chain(10..14) {
+        let mut buf = vec![0u8; EXTENT as usize];
+        vol.read(e * EXTENT, &mut buf).expect("read");
+        assert!(buf == pattern(e, EXTENT as usize), "extent {e} data");
+    }
+    assert_accounting(&vol, 40);
+}
+
+#[test]
+fn the_write_log_goes_back_only_while_the_hdd_is_free_of_users() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let m = bed.migrator(&vol);
+    let mut model = model_of(&vol);
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+    for e in 1..4 {
+        hdd_extent(&vol, &mut model, e, 0, &pattern(1 + e, EXTENT as usize));
+    }
+    put(&vol, &mut model, 3 * BLK, &pattern(3, BLK as usize));
+    assert_eq!(logged_blocks(&vol, 0), vec![3]);
+    // The rounds after the write see no user of the HDD but one that reads
+    // another extent each time just before the round (one read each: no
+    // extent earns a promotion and takes the reads off the HDD).
+    for k in 0..3 {
+        bed.clock.advance(Duration::from_secs(1));
+        user_reads(&vol, 1 + k);
+        let r = m.run_round();
+        assert_eq!(r.written_back, 0, "{r:?}");
+        assert_eq!(logged_blocks(&vol, 0), vec![3]);
+    }
+    let r = bed.round(&m, 1);
+    assert_eq!(r.written_back, 1, "{r:?}");
+    assert!(logged_blocks(&vol, 0).is_empty());
+    assert_reads(&vol, &model, "after the write-back");
+}
+
+#[test]
+fn the_write_log_leaves_the_last_reserve_slots_alone() {
+    // A reserve of 16 slots: the log takes at most 14 (an eighth kept).
+    let bed = Bed::new(24, 64, 16);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    for e in 0..32 {
+        hdd_extent(&vol, &mut model, e, 0, &pattern(e, EXTENT as usize));
+    }
+    assert_eq!(vol.log_usage().cap, 14);
+    // One block in each of 32 extents, eight rounds: 256 blocks, more
+    // than 14 segments of 16 places hold.
+    for round in 0..8u64 {
+        for e in 0..32u64 {
+            let b = (round * 2 + e % 2) % (EXTENT / BLK);
+            put(
+                &vol,
+                &mut model,
+                e * EXTENT + b * BLK,
+                &pattern(100 + e, BLK as usize),
+            );
+        }
+    }
+    let u = vol.log_usage();
+    assert_eq!(u.segments, 14, "{u:?}");
+    assert!(
+        vol.free_slots(Tier::Ssd) >= 2,
+        "the log took the last slots: {u:?}"
+    );
+    assert!(tierd::volume::Stats::get(&vol.stats().log_full) > 0);
+    assert_reads(&vol, &model, "with the log full");
+}
