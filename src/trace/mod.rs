@@ -1,7 +1,8 @@
 //! Block I/O traces: what a trace is (a [`Header`] and a time-ordered run
-//! of [`Record`]s) and tierd's own binary format with its [`TraceWriter`]
-//! and [`TraceReader`]. It knows nothing of volumes or NBD: a record is an
-//! operation on a byte range at a time, whoever served or will replay it.
+//! of [`Record`]s), tierd's own binary format with its [`TraceWriter`] and
+//! [`TraceReader`], and the importers of public formats ([`import`]). It
+//! knows nothing of volumes or NBD: a record is an operation on a byte
+//! range at a time, whoever served or will replay it.
 //!
 //! The binary format (docs/trace.md has it byte by byte), all integers
 //! little-endian:
@@ -19,6 +20,8 @@
 
 use std::fmt;
 use std::io::{self, BufReader, BufWriter, Read, Write};
+
+pub mod import;
 
 /// The first eight bytes of every tierd trace.
 pub const MAGIC: [u8; 8] = *b"TIERDTRC";
@@ -161,6 +164,25 @@ pub enum TraceError {
         /// The flags byte.
         flags: u8,
     },
+    /// A line of a text format does not parse.
+    #[error("{format} line {line}: {problem}")]
+    Parse {
+        /// The format's name.
+        format: &'static str,
+        /// The 1-based line number.
+        line: u64,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Detection found no known format.
+    #[error(
+        "cannot tell the trace's format from its first bytes; name it with --format ({})",
+        import::Format::NAMES
+    )]
+    UnknownFormat,
+    /// A format name that is not one.
+    #[error("unknown trace format {0:?}: use one of {names}", names = import::Format::NAMES)]
+    FormatName(String),
 }
 
 /// Writes a tierd trace: the header at once, then records as they come.
