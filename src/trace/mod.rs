@@ -1,8 +1,9 @@
 //! Block I/O traces: what a trace is (a [`Header`] and a time-ordered run
 //! of [`Record`]s), tierd's own binary format with its [`TraceWriter`] and
-//! [`TraceReader`], and the importers of public formats ([`import`]). It
-//! knows nothing of volumes or NBD: a record is an operation on a byte
-//! range at a time, whoever served or will replay it.
+//! [`TraceReader`], the importers of public formats ([`import`]), the fio
+//! iolog exporter ([`export`]) and the figures `tierd trace info` prints
+//! ([`stats`]). It knows nothing of volumes or NBD: a record is an
+//! operation on a byte range at a time, whoever served or will replay it.
 //!
 //! The binary format (docs/trace.md has it byte by byte), all integers
 //! little-endian:
@@ -21,7 +22,9 @@
 use std::fmt;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 
+pub mod export;
 pub mod import;
+pub mod stats;
 
 /// The first eight bytes of every tierd trace.
 pub const MAGIC: [u8; 8] = *b"TIERDTRC";
@@ -117,7 +120,7 @@ pub struct Header {
     pub source: String,
 }
 
-/// Why a trace cannot be read.
+/// Why a trace cannot be read (or written in another format).
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// Reading or writing failed.
@@ -183,6 +186,9 @@ pub enum TraceError {
     /// A format name that is not one.
     #[error("unknown trace format {0:?}: use one of {names}", names = import::Format::NAMES)]
     FormatName(String),
+    /// The trace cannot be expressed in the export format.
+    #[error("cannot export: {0}")]
+    Export(String),
 }
 
 /// Writes a tierd trace: the header at once, then records as they come.
