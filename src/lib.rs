@@ -5,8 +5,9 @@
 //! them; tests/layering.rs holds the code to it):
 //! - [`units`]: the shared vocabulary (sizes, durations, I/O hints, move
 //!   reasons).
-//! - [`clock`], [`listen`], [`device`], [`store`], [`heat`]: time, the one
-//!   accept loop, block devices, the metadata store, heat tracking.
+//! - [`clock`], [`listen`], [`device`], [`store`], [`heat`], [`trace`]:
+//!   time, the one accept loop, block devices, the metadata store, heat
+//!   tracking, block I/O traces (format, importers, exporter).
 //! - [`volume`]: geometry, superblocks, the extent map, the allocator, the
 //!   I/O paths and the move steps.
 //! - [`migrate`]: the placement policy, the crash-safe copy protocol, pacing
@@ -27,5 +28,6 @@ pub mod migrate;
 pub mod nbd;
 pub mod serving;
 pub mod store;
+pub mod trace;
 pub mod units;
 pub mod volume;

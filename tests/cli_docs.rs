@@ -72,6 +72,12 @@ fn man_pages_for_every_command_render() {
             .args(["man", "--out"])
             .arg(dir.path()),
     );
+    // Nested subcommands get pages of their own.
+    for sub in ["info", "import", "export"] {
+        let page = dir.path().join(format!("tierd-trace-{sub}.1"));
+        let text = String::from_utf8_lossy(&read(&page)).into_owned();
+        assert!(text.contains(".SH SYNOPSIS"), "tierd-trace-{sub}.1: {text}");
+    }
     let serve = String::from_utf8_lossy(&read(&dir.path().join("tierd-serve.1"))).into_owned();
     assert!(
         serve.contains("migrate.bandwidth") && serve.contains("export\\-name"),

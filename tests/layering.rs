@@ -11,12 +11,13 @@ use std::path::{Path, PathBuf};
 const ALLOWED: &[(&str, &[&str])] = &[
     // Layer 0: shared vocabulary.
     ("units", &[]),
-    // Layer 1: devices, metadata store, heat, time, the accept loop.
+    // Layer 1: devices, metadata store, heat, time, the accept loop, traces.
     ("clock", &["units"]),
     ("listen", &["units"]),
     ("device", &["units", "clock"]),
     ("store", &["units", "device"]),
     ("heat", &["units", "clock"]),
+    ("trace", &["units"]),
     // Layer 2: the volume.
     ("volume", &["units", "clock", "device", "store", "heat"]),
     // Layer 3: migration.
@@ -38,8 +39,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "serving",
         &[
-            "units", "clock", "listen", "device", "store", "heat", "volume", "migrate", "nbd",
-            "control", "config",
+            "units", "clock", "listen", "device", "store", "heat", "trace", "volume", "migrate",
+            "nbd", "control", "config",
         ],
     ),
 ];

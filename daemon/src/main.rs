@@ -1,10 +1,12 @@
 //! `tierd`: the tiered block-storage daemon. Thin: parses flags (the
 //! configuration keys' flags are in `flags`), loads the layered
-//! configuration and calls the library (`serve`, `format`).
+//! configuration and calls the library (`serve`, `format`); `bench` and
+//! `trace` have their flags and output in modules of their own.
 
 use anyhow::Context;
 mod bench_cmd;
 mod flags;
+mod trace_cmd;
 
 use clap::{Parser, Subcommand};
 use flags::Common;
@@ -41,6 +43,12 @@ enum Command {
     /// Benchmark the hybrid against a pure SSD and a pure HDD, on device
     /// models (virtual or real clock) or real devices.
     Bench(Box<bench_cmd::BenchArgs>),
+    /// Block I/O traces: summarise one, convert public formats to tierd's,
+    /// export for fio (docs/trace.md).
+    Trace {
+        #[command(subcommand)]
+        command: trace_cmd::TraceCommand,
+    },
     /// Print the man page, or write one per command into a directory.
     Man {
         /// Write tierd.1, tierd-serve.1, ... here.
@@ -151,6 +159,7 @@ fn main() -> anyhow::Result<()> {
             init_logging("warn");
             bench_cmd::run(*args)
         }
+        Command::Trace { command } => trace_cmd::run(command),
         Command::Format {
             common,
             force,
