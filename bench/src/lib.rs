@@ -10,10 +10,13 @@
 //! precisely; real devices run with no model).
 //!
 //! Submodules: [`sched`] (virtual time), [`workload`] (access patterns),
-//! [`target`] (targets and the runner), [`suites`], [`report`].
+//! [`target`] (targets and the runner), [`suites`], [`report`], [`sim`]
+//! (the classic placement policies and the offline optimum, simulated on a
+//! block trace).
 
 pub mod report;
 pub mod sched;
+pub mod sim;
 pub mod suites;
 pub mod target;
 pub mod workload;
