@@ -111,6 +111,44 @@ pub enum Request {
     /// worked (`ExecReload=tierctl reload` makes a failed reload fail
     /// `systemctl reload`).
     Reload,
+    /// Start recording every request served into a trace file (docs/trace.md);
+    /// answered with [`TraceStatus`].
+    TraceStart {
+        /// The file, an absolute path (created with mode 0600).
+        path: std::path::PathBuf,
+        /// Stop at this many bytes of file (absent or 0: no limit).
+        #[serde(default)]
+        max_bytes: Option<u64>,
+        /// Replace a file that exists.
+        #[serde(default)]
+        force: bool,
+    },
+    /// Stop recording; answered with the finished [`TraceStatus`].
+    TraceStop,
+    /// The recording under way, else the last one that ended ([`TraceStatus`]
+    /// or null).
+    TraceStatus,
+}
+
+/// How a trace recording stands or ended (`tierctl trace status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceStatus {
+    /// The trace file.
+    pub path: std::path::PathBuf,
+    /// Still recording.
+    pub active: bool,
+    /// Requests recorded.
+    pub records: u64,
+    /// Bytes of the file (header and records).
+    pub bytes: u64,
+    /// Seconds from the start to now, or to the end.
+    pub secs: f64,
+    /// Size limit in bytes (0: none).
+    pub max_bytes: u64,
+    /// Why it ended, once it has: `stopped`, `size limit`, `shutdown`, or
+    /// the write error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 fn default_top() -> usize {

@@ -1,13 +1,14 @@
 //! [`VolumeExport`]: the tiered [`Volume`] served as an NBD [`Export`], with
 //! the sequential hint from a [`StreamDetector`] per client connection and
-//! one [`VolumeStreams`] over all of them, and the one mapping of
-//! [`VolumeError`] to [`ExportError`].
+//! one [`VolumeStreams`] over all of them, every request told to the trace
+//! [`Recorder`], and the one mapping of [`VolumeError`] to [`ExportError`].
 
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
+use super::recorder::Recorder;
 use crate::heat::{StreamDetector, VolumeStreams};
-use crate::nbd::{Export, ExportConn, ExportError, IoCtx, StatusRun};
+use crate::nbd::{Export, ExportConn, ExportError, IoCtx, RequestInfo, StatusRun};
 use crate::units::IoHint;
 use crate::volume::{Volume, VolumeError};
 
@@ -16,6 +17,7 @@ use crate::volume::{Volume, VolumeError};
 pub struct VolumeExport {
     volume: Arc<Volume>,
     streams: Arc<VolumeStreams>,
+    recorder: Arc<Recorder>,
 }
 
 impl VolumeExport {
@@ -24,7 +26,14 @@ impl VolumeExport {
         VolumeExport {
             volume,
             streams: Arc::new(VolumeStreams::new()),
+            recorder: Arc::new(Recorder::new()),
         }
+    }
+
+    /// Tell `recorder` of every request served.
+    pub fn with_recorder(mut self, recorder: Arc<Recorder>) -> Self {
+        self.recorder = recorder;
+        self
     }
 
     /// The volume served.
@@ -43,17 +52,27 @@ pub fn export_error(e: VolumeError) -> ExportError {
     }
 }
 
-/// Per-connection state: the connection's sequential streams, and the
-/// volume's, which see every connection.
-struct Streams(StreamDetector, Arc<VolumeStreams>);
+/// Per-connection state: the connection's sequential streams, the
+/// volume's, which see every connection, and the recorder with the
+/// connection's number in a trace.
+struct Streams {
+    own: StreamDetector,
+    all: Arc<VolumeStreams>,
+    recorder: Arc<Recorder>,
+    conn: u16,
+}
 
 impl ExportConn for Streams {
     fn hint(&mut self, offset: u64, len: u64) -> IoHint {
-        let own = self.0.observe(offset, len);
-        let all = self.1.observe(offset, len);
+        let own = self.own.observe(offset, len);
+        let all = self.all.observe(offset, len);
         IoHint {
             seq_run: own.seq_run.max(all.seq_run),
         }
+    }
+
+    fn request(&mut self, req: &RequestInfo) {
+        self.recorder.record(self.conn, req);
     }
 }
 
@@ -154,7 +173,12 @@ impl Export for VolumeExport {
     }
 
     fn connect(&self) -> Box<dyn ExportConn> {
-        Box::new(Streams(StreamDetector::new(), self.streams.clone()))
+        Box::new(Streams {
+            own: StreamDetector::new(),
+            all: self.streams.clone(),
+            recorder: self.recorder.clone(),
+            conn: self.recorder.connection(),
+        })
     }
 
     fn can_fast_zero(&self) -> bool {

@@ -298,6 +298,22 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                 Err(e) => Response::err(e),
             }
         }
+        Request::TraceStart {
+            path,
+            max_bytes,
+            force,
+        } => match live
+            .recorder
+            .start(&path, max_bytes.unwrap_or(0), force, vol.size())
+        {
+            Ok(s) => Response::ok(s),
+            Err(e) => Response::err(e.to_string()),
+        },
+        Request::TraceStop => match live.recorder.stop() {
+            Ok(s) => Response::ok(s),
+            Err(e) => Response::err(e.to_string()),
+        },
+        Request::TraceStatus => Response::ok(live.recorder.status()),
         Request::Reload => match &live.settings {
             Some(s) => {
                 let r = super::service::reload(live, s);

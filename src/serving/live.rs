@@ -181,6 +181,8 @@ pub struct Live {
     /// The configuration in force and the live settings, when the daemon
     /// has them (`None` in tests that build a bare `Live`).
     pub settings: Option<Arc<Settings>>,
+    /// The export's trace recorder (`tierctl trace`).
+    pub recorder: Arc<super::recorder::Recorder>,
 }
 
 impl Live {
@@ -202,7 +204,14 @@ impl Live {
             samples: Mutex::new(VecDeque::new()),
             errors: Mutex::new((0, None)),
             settings: None,
+            recorder: Arc::new(super::recorder::Recorder::new()),
         }
+    }
+
+    /// The recorder the export tells of every request.
+    pub fn with_recorder(mut self, recorder: Arc<super::recorder::Recorder>) -> Live {
+        self.recorder = recorder;
+        self
     }
 
     /// With the daemon's settings (`tierctl config`, reload).

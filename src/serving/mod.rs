@@ -1,8 +1,8 @@
 //! The serving layer: what turns the volume, its heat and its migrator into
 //! a running daemon. It owns the volume as an NBD export ([`adapter`]),
 //! start-up and shutdown ([`service`]), the live state the side channels
-//! read ([`live`]), the control socket's server ([`control`]) and the
-//! Prometheus exporter ([`metrics`]). Every listener, NBD's included, runs
+//! read ([`live`]), the control socket's server ([`control`]), the
+//! Prometheus exporter ([`metrics`]) and the trace recorder ([`recorder`]). Every listener, NBD's included, runs
 //! on the one accept loop of [`crate::listen`]. It may use every layer below
 //! it; nothing below imports it.
 
@@ -10,8 +10,10 @@ pub mod adapter;
 pub mod control;
 pub mod live;
 pub mod metrics;
+pub mod recorder;
 pub mod service;
 pub mod settings;
 
 pub use adapter::VolumeExport;
 pub use live::{ConnectionProbe, Live};
+pub use recorder::{RecordError, Recorder, RecordingStatus};

@@ -321,7 +321,11 @@ pub async fn run_with(
         observer: Arc::new(NbdMetrics),
         ..ServerOptions::default()
     };
-    let server = Server::new(Arc::new(VolumeExport::new(volume.clone())), opts);
+    let recorder = Arc::new(super::recorder::Recorder::new());
+    let server = Server::new(
+        Arc::new(VolumeExport::new(volume.clone()).with_recorder(recorder.clone())),
+        opts,
+    );
     let heat = volume.heat();
     // Live settings saved by `tierctl config set` win over the configuration.
     let settings = Arc::new(Settings::new(
@@ -407,7 +411,8 @@ pub async fn run_with(
     }
     let live = Arc::new(
         Live::new(volume.clone(), heat, migrator.clone(), worker, probe)
-            .with_settings(settings.clone()),
+            .with_settings(settings.clone())
+            .with_recorder(recorder.clone()),
     );
     // Side services: their end never stops the daemon.
     let mut side = tokio::task::JoinSet::new();
@@ -534,6 +539,8 @@ pub async fn run_with(
     if let Some(path) = cfg.control_path() {
         let _ = std::fs::remove_file(path);
     }
+    // Every connection is gone: a recording under way ends complete.
+    live.recorder.shutdown();
     let worker = live.worker.lock().take();
     if let Some(w) = worker {
         // Finishes its current move and saves heat.

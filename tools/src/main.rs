@@ -9,6 +9,7 @@ mod evacuate;
 mod map;
 mod out;
 mod status;
+mod trace;
 
 use std::path::PathBuf;
 
@@ -136,6 +137,12 @@ enum Command {
     /// Load the daemon's configuration again (as SIGHUP does) and say
     /// whether it worked: exits non-zero when the old one stays in force.
     Reload,
+    /// Record every request the daemon serves into a trace file
+    /// (docs/trace.md), for `tierd trace info` and `tierd bench --trace`.
+    Trace {
+        #[command(subcommand)]
+        what: TraceCmd,
+    },
     /// Print the man page, or write one per command into a directory.
     Man {
         /// Write tierctl.1, tierctl-status.1, ... here.
@@ -172,6 +179,25 @@ enum ConfigCmd {
         /// The key.
         key: String,
     },
+}
+
+#[derive(Subcommand)]
+enum TraceCmd {
+    /// Start recording into FILE (created with mode 0600).
+    Start {
+        /// The trace file.
+        file: PathBuf,
+        /// Stop by itself at this size of file (units: 1GiB). Default: no limit.
+        #[arg(long, value_name = "SIZE")]
+        max_size: Option<String>,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Stop recording: the file is complete.
+    Stop,
+    /// The recording under way, or the last one.
+    Status,
 }
 
 #[derive(Subcommand)]
@@ -520,6 +546,20 @@ fn run() -> anyhow::Result<()> {
             what: ConfigCmd::Reset { key },
         } => ack(&cli, &Request::ConfigReset { key: key.clone() }),
         Command::Reload => ack(&cli, &Request::Reload),
+        Command::Trace {
+            what:
+                TraceCmd::Start {
+                    file,
+                    max_size,
+                    force,
+                },
+        } => trace::start(&cli, file, max_size.as_deref(), *force),
+        Command::Trace {
+            what: TraceCmd::Stop,
+        } => trace::stop(&cli),
+        Command::Trace {
+            what: TraceCmd::Status,
+        } => trace::status(&cli),
         Command::Replace {
             tier: ReplaceTier::Ssd,
             path,
