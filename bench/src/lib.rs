@@ -10,10 +10,12 @@
 //! precisely; real devices run with no model).
 //!
 //! Submodules: [`sched`] (virtual time), [`workload`] (access patterns),
-//! [`target`] (targets and the runner), [`suites`], [`report`], [`sim`]
-//! (the classic placement policies and the offline optimum, simulated on a
-//! block trace).
+//! [`target`] (targets and the runner), [`suites`], [`replay`] (block
+//! traces played on the targets), [`report`], [`sim`] (the classic
+//! placement policies and the offline optimum, simulated on a block
+//! trace).
 
+pub mod replay;
 pub mod report;
 pub mod sched;
 pub mod sim;
@@ -111,6 +113,17 @@ pub struct BenchOptions {
     /// Migration and policy knobs of the hybrid (a config file's `[migrate]`).
     #[serde(serialize_with = "tierd::units::snake_json::serialize")]
     pub migrate: MigrateConfig,
+    /// Traces to replay (any supported format); with traces, suites run
+    /// only when named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<PathBuf>,
+    /// Replay traces this many times faster than recorded.
+    #[serde(skip_serializing_if = "is_one")]
+    pub trace_speed: f64,
+}
+
+fn is_one(x: &f64) -> bool {
+    *x == 1.0
 }
 
 impl BenchOptions {
@@ -132,6 +145,8 @@ impl BenchOptions {
             region: if quick { 2 << 30 } else { 32 << 30 },
             heat: HeatConfig::default(),
             migrate: MigrateConfig::default(),
+            traces: Vec::new(),
+            trace_speed: 1.0,
         }
     }
 }
@@ -179,6 +194,8 @@ pub struct Bench {
     /// The HDD's model (transfer rate by position), unless real devices.
     hdd_model: Option<HddModel>,
     progress: Option<ProgressBar>,
+    /// The traces to replay, laid into the volume.
+    traces: Vec<replay::Fitted>,
 }
 
 impl Bench {
@@ -280,6 +297,7 @@ impl Bench {
                 _ => None,
             },
             progress,
+            traces: Vec::new(),
             opts: opts.clone(),
         };
         // Pre-fill every extent once, in order, without timing: the "used"
@@ -348,6 +366,21 @@ impl Bench {
             b.progress("restoring the SSD reserve");
             b.settle(&mig, &vol);
         }
+        // Traces are read and laid into the volume before anything runs,
+        // so a bad one stops the run at once.
+        if !opts.traces.is_empty() {
+            if opts.clock != ClockKind::Virtual {
+                return Err(BenchError::Options(
+                    "--trace replays on the virtual clock; to replay through the daemon on the real clock, export it for fio (tierd trace export) and see benchmarks/daemon-trace.sh".into(),
+                ));
+            }
+            let (base, end) = b.trace_room();
+            for path in &opts.traces {
+                b.progress(&format!("reading the trace {}", path.display()));
+                let t = replay::load(path, opts.extent_size, base, end)?;
+                b.traces.push(t);
+            }
+        }
         Ok(b)
     }
 
@@ -385,12 +418,15 @@ impl Bench {
         }
     }
 
-    /// The suites this run will execute.
+    /// The suites this run will execute (with traces, only those named).
     pub fn selected(&self) -> Vec<&'static str> {
         SUITES
             .iter()
             .filter(|(name, quick)| {
                 if self.opts.suites.is_empty() {
+                    if !self.opts.traces.is_empty() {
+                        return false;
+                    }
                     *quick || !self.opts.quick
                 } else {
                     self.opts.suites.iter().any(|s| s == name)
@@ -406,6 +442,12 @@ impl Bench {
         for name in self.selected() {
             self.progress(&format!("suite {name}"));
             self.run_suite(name);
+            if let Some(p) = &self.progress {
+                p.inc(1);
+            }
+        }
+        for trace in std::mem::take(&mut self.traces) {
+            self.replay_trace(&trace);
             if let Some(p) = &self.progress {
                 p.inc(1);
             }

@@ -20,7 +20,7 @@ use tierd::volume::Volume;
 
 /// The least time a request takes in virtual time (host and protocol
 /// overhead of a request that touches no device).
-const MIN_REQUEST: Duration = Duration::from_micros(2);
+pub(crate) const MIN_REQUEST: Duration = Duration::from_micros(2);
 
 /// One of the compared systems.
 pub trait Target: Send + Sync {
@@ -125,7 +125,7 @@ pub struct Measurement {
 }
 
 impl Measurement {
-    fn new(bin: Duration) -> Self {
+    pub(crate) fn new(bin: Duration) -> Self {
         Measurement {
             ops: 0,
             bytes: 0,
@@ -140,7 +140,7 @@ impl Measurement {
         }
     }
 
-    fn record(&mut self, start: Duration, t0: Duration, done: Duration, len: u64) {
+    pub(crate) fn record(&mut self, start: Duration, t0: Duration, done: Duration, len: u64) {
         self.ops += 1;
         self.bytes += len;
         let ns = (done.saturating_sub(t0)).as_nanos().max(1) as u64;
@@ -152,7 +152,7 @@ impl Measurement {
         self.series[b] += 1;
     }
 
-    fn merge(&mut self, o: &Measurement) {
+    pub(crate) fn merge(&mut self, o: &Measurement) {
         self.ops += o.ops;
         self.bytes += o.bytes;
         self.errors += o.errors;

@@ -68,6 +68,15 @@ pub struct BenchArgs {
     /// TIERD_* variables) the hybrid uses; default: the built-in policy.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Replay a block trace (repeatable; tierd's format or any format
+    /// `tierd trace import` reads) on the three targets, and compare the
+    /// hybrid's SSD hit share with LRU, LFU, ARC, an smq-like policy and
+    /// the offline optimum; with traces, suites run only when named.
+    #[arg(long = "trace", value_name = "FILE")]
+    traces: Vec<PathBuf>,
+    /// Replay traces this many times faster than recorded.
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    trace_speed: f64,
 }
 
 fn model(name: &str, want_ssd: bool) -> anyhow::Result<ModelKind> {
@@ -128,6 +137,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         bail!("--time-scale must be a positive number");
     }
     o.time_scale = a.time_scale;
+    if !(a.trace_speed > 0.0 && a.trace_speed.is_finite()) {
+        bail!("--trace-speed must be a positive number");
+    }
+    o.traces = a.traces.clone();
+    o.trace_speed = a.trace_speed;
     if let (Some(ssd), Some(hdd)) = (&a.ssd, &a.hdd) {
         if !a.yes_destroy_data {
             bail!("benchmarking real devices destroys their contents: add --yes-destroy-data");
@@ -151,7 +165,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     };
     let b = bench::Bench::new(o, bar.clone())?;
     if let Some(p) = &bar {
-        p.set_length(b.selected().len() as u64);
+        p.set_length((b.selected().len() + a.traces.len()) as u64);
     }
     let report = b.run();
     if let Some(p) = &bar {

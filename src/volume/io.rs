@@ -248,7 +248,6 @@ impl Volume {
             };
             let t = m.loc.tier.index();
             hits[t] += 1;
-            hit_bytes[t] += p.len;
             let mut read = |part: &mut [u8], tier: Tier, at: u64| -> Option<VolumeResult<()>> {
                 let dev = self.devices.get(tier);
                 let timed = wait && tier == Tier::Hdd;
@@ -281,6 +280,7 @@ impl Volume {
                 if let Err(e) = read(dst, m.loc.tier, at)? {
                     return Some(Err(e));
                 }
+                hit_bytes[t] += p.len;
                 continue;
             }
             let (first, last) = block_span(p.start, p.len);
@@ -288,6 +288,9 @@ impl Volume {
                 let lo = (u64::from(run.first) * BLOCK_SIZE).max(p.start);
                 let hi = (u64::from(run.first + run.count) * BLOCK_SIZE).min(p.start + p.len);
                 let part = &mut dst[(lo - p.start) as usize..(hi - p.start) as usize];
+                // Bytes count for the tier that served them: a block in the
+                // write log was read from the SSD, whatever the extent's home.
+                hit_bytes[run.src.map_or(t, |(tier, _)| tier.index())] += part.len() as u64;
                 match run.src {
                     None => part.fill(0),
                     Some((tier, at)) => {

@@ -22,8 +22,13 @@ pub struct Stats {
     pub dev_errors: [AtomicU64; 2],
     /// Logical read pieces served from each tier.
     pub read_hits: [AtomicU64; 2],
-    /// Logical bytes read from extents on each tier.
+    /// Logical bytes read from each tier: from the extent's home, or from
+    /// the SSD for blocks in the write log (unwritten blocks count for the
+    /// home).
     pub read_hit_bytes: [AtomicU64; 2],
+    /// Bytes of users' writes that reached each tier (the SSD: an SSD
+    /// extent or the write log; the HDD: in place), padding included.
+    pub write_landed_bytes: [AtomicU64; 2],
     /// Logical read pieces of unmapped space (zeros, no device I/O).
     pub read_unmapped: AtomicU64,
     /// Their bytes.

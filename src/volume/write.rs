@@ -67,6 +67,7 @@ impl Volume {
         }
         Stats::add(&self.stats.dev_writes[i], 1);
         Stats::add(&self.stats.dev_write_bytes[i], data.len() as u64);
+        Stats::add(&self.stats.write_landed_bytes[i], data.len() as u64);
         self.dirty[i].store(true, Ordering::Release);
         self.count_log_full(way);
         drop(guard);
@@ -542,6 +543,9 @@ impl Volume {
         }
         Stats::add(&self.stats.dev_writes[i], 1);
         Stats::add(&self.stats.dev_write_bytes[i], data.len() as u64);
+        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
+            Stats::add(&self.stats.write_landed_bytes[i], data.len() as u64);
+        }
         self.dirty[i].store(true, Ordering::Release);
         Ok(())
     }

@@ -6,7 +6,8 @@
 //!
 //! This module holds the records (points, charts, findings), the suite list,
 //! the case runner and the drive suites; the tiering suites are in
-//! `tiering`.
+//! `tiering`; trace replays and their comparison with the classic
+//! policies are in `traces`.
 
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use super::target::{execute, Measurement, Run, Target};
 use super::workload::{Skew, Spec};
 use super::Bench;
 mod tiering;
+mod traces;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1 << 20;

@@ -46,6 +46,10 @@ pub(super) fn describe() {
         "Logical bytes read from extents on each tier (the SSD hit ratio by bytes is ssd / (ssd + hdd))"
     );
     describe_counter!(
+        "tierd_write_landed_bytes_total",
+        "Bytes of users' writes that reached each tier (ssd: SSD extents and the write log; hdd: in place)"
+    );
+    describe_counter!(
         "tierd_read_unmapped_bytes_total",
         "Logical bytes read from unmapped space"
     );
@@ -209,6 +213,8 @@ pub fn collect(live: &Live) {
         counter!("tierd_read_hits_total", "tier" => tier).absolute(Stats::get(&s.read_hits[i]));
         counter!("tierd_read_hit_bytes_total", "tier" => tier)
             .absolute(Stats::get(&s.read_hit_bytes[i]));
+        counter!("tierd_write_landed_bytes_total", "tier" => tier)
+            .absolute(Stats::get(&s.write_landed_bytes[i]));
         counter!("tierd_allocations_total", "tier" => tier).absolute(Stats::get(&s.allocations[i]));
         gauge!("tierd_tier_capacity_bytes", "tier" => tier)
             .set((u64::from(geo.slots(t)) * es) as f64);

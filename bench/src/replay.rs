@@ -1,0 +1,315 @@
+//! Trace replay: a recorded or imported block trace (`tierd::trace`, any
+//! supported format) played against the three targets on the virtual
+//! clock, open loop (each request issued at its recorded time, whatever
+//! the ones before it are doing), with the hybrid's migrator running
+//! beside it; and the same trace reduced to extent references for the
+//! classic policies and the optimum ([`crate::sim`]).
+//!
+//! **Fitting.** A trace's addresses are laid into the bench volume's HDD
+//! part: every 1 MiB extent it touches (in the bench's extent size) keeps
+//! its offsets inside the extent, and the touched extents are packed in
+//! address order from the first extent the used state put on the HDD, so
+//! the trace's data starts out on the HDD, as the drive suites' does, and
+//! a trace of any span replays on a small volume. Extent-level reuse is
+//! unchanged (one extent maps to one extent), and so is sequentiality
+//! across extents: a request spanning two extents touches both, and two
+//! extents touched with nothing touched between them stay neighbours.
+//!
+//! Flushes are not replayed (the timing models have no cache to flush);
+//! trims are. Stream hints are worked out as the daemon does: a
+//! [`StreamDetector`] per trace connection and one [`VolumeStreams`] over
+//! all of them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tierd::heat::{StreamDetector, VolumeStreams};
+use tierd::migrate::Migrator;
+use tierd::trace::{import, Op, Record};
+use tierd::units::IoHint;
+
+use super::sched::VirtualSched;
+use super::sim::Access;
+use super::target::{Measurement, Target, MIN_REQUEST};
+use super::workload::Req;
+use super::BenchError;
+
+/// A trace laid into the bench volume.
+#[derive(Debug, Clone)]
+pub struct Fitted {
+    /// A short name (the file's stem).
+    pub name: String,
+    /// What made the trace (its header).
+    pub source: String,
+    /// Reads, writes and trims, in time order, at their new offsets.
+    pub records: Vec<Record>,
+    /// Extents the trace touches (its footprint in the bench's extents).
+    pub extents: u64,
+    /// First byte of the footprint in the volume.
+    pub base: u64,
+    /// Its span in the original trace (lowest offset, highest end).
+    pub span: (u64, u64),
+    /// Flushes left out.
+    pub flushes: u64,
+}
+
+impl Fitted {
+    /// Read bytes and write bytes.
+    pub fn bytes(&self) -> (u64, u64) {
+        let mut rw = (0, 0);
+        for r in &self.records {
+            match r.op {
+                Op::Read => rw.0 += u64::from(r.len),
+                Op::Write => rw.1 += u64::from(r.len),
+                _ => {}
+            }
+        }
+        rw
+    }
+
+    /// The trace's length.
+    pub fn duration(&self) -> Duration {
+        Duration::from_nanos(self.records.last().map_or(0, |r| r.t_ns))
+    }
+
+    /// The reads and writes as the simulators take them.
+    pub fn accesses(&self) -> Vec<Access> {
+        self.records
+            .iter()
+            .filter(|r| matches!(r.op, Op::Read | Op::Write) && r.len > 0)
+            .map(|r| Access {
+                t_ns: r.t_ns,
+                offset: r.offset,
+                len: u64::from(r.len),
+                write: r.op == Op::Write,
+            })
+            .collect()
+    }
+}
+
+/// Read `path` (any supported format, detected) and lay it into extents of
+/// `extent` bytes from byte `base`; the footprint must end by `end`.
+pub fn load(path: &Path, extent: u64, base: u64, end: u64) -> Result<Fitted, BenchError> {
+    let (header, records) = import::open(path, None).map_err(|e| BenchError::Setup {
+        what: format!("reading the trace {}", path.display()),
+        source: Box::new(e),
+    })?;
+    let mut kept = Vec::new();
+    let mut flushes = 0u64;
+    for r in records {
+        let r = r.map_err(|e| BenchError::Setup {
+            what: format!("reading the trace {}", path.display()),
+            source: Box::new(e),
+        })?;
+        match r.op {
+            Op::Flush => flushes += 1,
+            _ if r.len == 0 => {}
+            _ => kept.push(r),
+        }
+    }
+    let name = path
+        .file_stem()
+        .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned());
+    fit(name, header.source, kept, flushes, extent, base, end)
+}
+
+/// Lay `records` into the volume (see the module docs).
+pub fn fit(
+    name: String,
+    source: String,
+    mut records: Vec<Record>,
+    flushes: u64,
+    extent: u64,
+    base: u64,
+    end: u64,
+) -> Result<Fitted, BenchError> {
+    if records.is_empty() {
+        return Err(BenchError::Options(format!(
+            "the trace {name} has no read, write or trim to replay"
+        )));
+    }
+    let extent = extent.max(1);
+    let mut touched: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut span = (u64::MAX, 0u64);
+    for r in &records {
+        let stop = r.offset.saturating_add(u64::from(r.len));
+        span = (span.0.min(r.offset), span.1.max(stop));
+        for e in r.offset / extent..stop.div_ceil(extent) {
+            touched.insert(e, 0);
+        }
+    }
+    for (i, v) in touched.values_mut().enumerate() {
+        *v = i as u64;
+    }
+    let extents = touched.len() as u64;
+    let first = base / extent;
+    if (first + extents) * extent > end {
+        return Err(BenchError::Options(format!(
+            "the trace {name} touches {extents} extents of {} MiB, more than the {} the bench volume's HDD part has room for: give the volume a larger --hdd-size",
+            extent >> 20,
+            end.saturating_sub(base) / extent
+        )));
+    }
+    for r in &mut records {
+        let e = r.offset / extent;
+        let at = touched.get(&e).copied().unwrap_or(0);
+        r.offset = (first + at) * extent + r.offset % extent;
+    }
+    // Stable: records at the same time keep their order.
+    records.sort_by_key(|r| r.t_ns);
+    Ok(Fitted {
+        name,
+        source,
+        records,
+        extents,
+        base: first * extent,
+        span,
+        flushes,
+    })
+}
+
+/// Replay `trace` against `target` on the virtual clock, `speed` times
+/// faster than recorded, with `migrator` (the hybrid's) running rounds
+/// beside it. Every request is measured from its issue time to its end.
+pub fn execute(
+    sched: &std::sync::Arc<VirtualSched>,
+    target: &dyn Target,
+    trace: &Fitted,
+    speed: f64,
+    migrator: Option<&Migrator>,
+) -> Measurement {
+    let speed = if speed.is_finite() && speed > 0.0 {
+        speed
+    } else {
+        1.0
+    };
+    let start = sched.now();
+    let done = AtomicBool::new(false);
+    let bin = Duration::from_secs(1).max(Duration::from_secs_f64(
+        trace.duration().as_secs_f64() / speed / 200.0,
+    ));
+    if let Some(mig) = migrator {
+        mig.set_paused(false);
+    }
+    let parts = sched.phase(1 + usize::from(migrator.is_some()), |p, i| {
+        let mut m = Measurement::new(bin);
+        if i == 1 {
+            if let Some(mig) = migrator {
+                let interval = mig.config().interval;
+                while !done.load(Ordering::Acquire) {
+                    p.set_own_now(p.now());
+                    let r = mig.run_round();
+                    p.sleep_until(p.own_now());
+                    if done.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if !r.more_waiting() {
+                        p.sleep_until(p.now() + interval);
+                    }
+                }
+            }
+            return m;
+        }
+        let max = trace
+            .records
+            .iter()
+            .map(|r| r.len as usize)
+            .max()
+            .unwrap_or(4096);
+        let mut buf = vec![0u8; max];
+        let all = VolumeStreams::new();
+        let mut own: BTreeMap<u16, StreamDetector> = BTreeMap::new();
+        for r in &trace.records {
+            let t0 = start + Duration::from_secs_f64(r.t_ns as f64 / 1e9 / speed);
+            p.sleep_until(t0);
+            p.set_own_now(t0);
+            let len = u64::from(r.len);
+            let ok = match r.op {
+                Op::Trim | Op::Zero => target.trim(r.offset, len).is_ok(),
+                Op::Read | Op::Write => {
+                    let mine = own.entry(r.conn).or_default().observe(r.offset, len);
+                    let theirs = all.observe(r.offset, len);
+                    let req = Req {
+                        read: r.op == Op::Read,
+                        offset: r.offset,
+                        len,
+                        hint: IoHint {
+                            seq_run: mine.seq_run.max(theirs.seq_run),
+                        },
+                    };
+                    target.io(&req, &mut buf[..r.len as usize]).is_ok()
+                }
+                Op::Flush => true,
+            };
+            if !ok {
+                m.errors += 1;
+            }
+            let end = p.own_now().max(t0 + MIN_REQUEST);
+            m.record(start, t0, end, len);
+        }
+        done.store(true, Ordering::Release);
+        if let Some(mig) = migrator {
+            mig.set_paused(true);
+        }
+        m
+    });
+    if let Some(mig) = migrator {
+        mig.set_paused(false);
+    }
+    let mut total = Measurement::new(bin);
+    for m in &parts {
+        total.merge(m);
+    }
+    total.elapsed = sched.now().saturating_sub(start);
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(t_ns: u64, offset: u64, len: u32, op: Op) -> Record {
+        Record {
+            t_ns,
+            offset,
+            len,
+            conn: 0,
+            op,
+            fua: false,
+        }
+    }
+
+    #[test]
+    fn fitting_packs_touched_extents_in_order_and_keeps_offsets_inside_them() {
+        const E: u64 = 1 << 20;
+        let records = vec![
+            rec(0, 100 * E + 4096, 4096, Op::Read),
+            // Spans extents 7 and 8.
+            rec(5, 8 * E - 4096, 8192, Op::Write),
+            rec(3, 100 * E, 512, Op::Trim),
+        ];
+        let f = fit("t".into(), "s".into(), records, 2, E, 10 * E, 64 * E).expect("fits");
+        assert_eq!(f.extents, 3);
+        assert_eq!(f.base, 10 * E);
+        assert_eq!(f.flushes, 2);
+        assert_eq!(f.span, (7 * E + E - 4096, 100 * E + 8192));
+        let got: Vec<(u64, u64, Op)> = f.records.iter().map(|r| (r.t_ns, r.offset, r.op)).collect();
+        // Extent 7 -> 10, 8 -> 11 (neighbours stay neighbours), 100 -> 12.
+        assert_eq!(
+            got,
+            vec![
+                (0, 12 * E + 4096, Op::Read),
+                (3, 12 * E, Op::Trim),
+                (5, 11 * E - 4096, Op::Write),
+            ]
+        );
+        assert_eq!(f.bytes(), (4096, 8192));
+        assert_eq!(f.accesses().len(), 2);
+        assert!(fit("t".into(), "s".into(), Vec::new(), 0, E, 0, E).is_err());
+        let big = vec![rec(0, 0, 4096, Op::Read), rec(1, 5 * E, 4096, Op::Read)];
+        let e = fit("t".into(), "s".into(), big, 0, E, 0, E).expect_err("no room");
+        assert!(e.to_string().contains("--hdd-size"), "{e}");
+    }
+}
