@@ -12,13 +12,14 @@
 //! Submodules: [`sched`] (virtual time), [`workload`] (access patterns),
 //! [`target`] (targets and the runner), [`suites`], [`report`], [`sim`]
 //! (the classic placement policies and the offline optimum, simulated on a
-//! block trace).
+//! block trace), [`tracegen`] (synthetic traces of standard shapes).
 
 pub mod report;
 pub mod sched;
 pub mod sim;
 pub mod suites;
 pub mod target;
+pub mod tracegen;
 pub mod workload;
 
 use std::path::PathBuf;
