@@ -3,7 +3,9 @@
 //! documented size, `info` gives the exact counts, bytes, blocks and reuse
 //! for the CSV, the imported trace and the exported fio log alike, the fio
 //! log has the documented lines, and a bad line fails naming the file and
-//! the line.
+//! the line. `tierd trace generate` writes each shape with its op mix
+//! inside its region, the same bytes for the same seed, and refuses to
+//! replace a file without `--force`.
 
 mod common;
 
@@ -202,4 +204,129 @@ fn errors_name_the_file_and_the_line() {
             "{err}"
         );
     }
+}
+
+#[test]
+fn generated_shapes_have_their_mix_inside_the_region() {
+    let dir = tempdir();
+    let region: u64 = 256 * MIB;
+    // Shape, read share, connections, FUA share.
+    let shapes = [
+        ("zipf", 0.9, 1, 0.0),
+        ("shift", 0.9, 1, 0.0),
+        ("scan-hot", 1.0, 2, 0.0),
+        ("database", 0.9 * 0.67, 2, 0.1),
+    ];
+    for (shape, reads, connections, fua) in shapes {
+        let trc = dir.path().join(format!("{shape}.trc"));
+        tierd(&[
+            "trace",
+            "generate",
+            shape,
+            &trc.display().to_string(),
+            "--requests",
+            "5000",
+            "--region",
+            "256MiB",
+            "--seed",
+            "3",
+        ]);
+        let v = info_json(&trc);
+        assert_eq!(v["format"], "tierd", "{shape}");
+        assert_eq!(v["volume_size"], Value::from(region), "{shape}");
+        let source = v["source"].as_str().unwrap_or_default();
+        assert!(
+            source.ends_with(&format!(
+                "trace generate {shape} --region 256MiB --requests 5000 --rate 2000 --seed 3"
+            )),
+            "{shape}: {source}"
+        );
+        let s = &v["summary"];
+        let what = format!("{shape}: {v:#}");
+        assert_eq!(s["records"], Value::from(5000), "{what}");
+        assert_eq!(s["connections"], Value::from(connections), "{what}");
+        let count = |op: &str| s["ops"][op]["count"].as_u64().unwrap_or(u64::MAX);
+        assert_eq!(count("read") + count("write"), 5000, "{what}");
+        let read_share = count("read") as f64 / 5000.0;
+        assert!(
+            (read_share - reads).abs() <= 0.02,
+            "reads {read_share}: {what}"
+        );
+        let fua_share = s["fua"].as_u64().unwrap_or(u64::MAX) as f64 / 5000.0;
+        assert!((fua_share - fua).abs() <= 0.02, "FUA {fua_share}: {what}");
+        let lowest = s["lowest_offset"].as_u64().unwrap_or(u64::MAX);
+        let highest = s["highest_end"].as_u64().unwrap_or(u64::MAX);
+        assert!(lowest < highest && highest <= region, "{what}");
+        // 4,999 gaps of 0.5 ms on average.
+        let secs = s["duration_ns"].as_u64().unwrap_or_default() as f64 / 1e9;
+        assert!((secs - 2.5).abs() < 0.25, "{secs} s: {what}");
+    }
+
+    // The same options give the same bytes.
+    let again = dir.path().join("again.trc");
+    tierd(&[
+        "trace",
+        "generate",
+        "database",
+        &again.display().to_string(),
+        "--requests=5000",
+        "--region=256MiB",
+        "--seed=3",
+    ]);
+    assert!(read(&again) == read(&dir.path().join("database.trc")));
+
+    // An existing file is refused, and kept, without --force.
+    let trc = dir.path().join("zipf.trc");
+    let before = read(&trc);
+    let args = ["trace", "generate", "zipf", "--requests", "10"];
+    let mut c = Command::new(tierd_bin());
+    c.args(args).arg(&trc).env("RUST_BACKTRACE", "0");
+    let out = run(&mut c);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{}", show("generate", &out));
+    assert!(
+        err.contains(&trc.display().to_string()) && err.contains("--force"),
+        "{err}"
+    );
+    assert!(
+        read(&trc) == before,
+        "a refused generate leaves the file alone"
+    );
+    let mut c = Command::new(tierd_bin());
+    c.args(args).arg(&trc).arg("--force");
+    run_ok(&mut c);
+    assert_eq!(info_json(&trc)["summary"]["records"], Value::from(10));
+
+    // Without options, the defaults `--help` gives.
+    let dflt = dir.path().join("defaults.trc");
+    tierd(&["trace", "generate", "shift", &dflt.display().to_string()]);
+    let header = read(&dflt);
+    let source_len = usize::from(u16::from_le_bytes([header[32], header[33]]));
+    let source = String::from_utf8_lossy(&header[34..34 + source_len]).into_owned();
+    let help = tierd(&["trace", "generate", "--help"]);
+    let options = source.split(" shift ").nth(1).unwrap_or_default();
+    let words: Vec<&str> = options.split(' ').collect();
+    assert_eq!(words.len(), 8, "{source}");
+    for pair in words.chunks(2) {
+        let want = format!("{} <", pair[0]);
+        let line = help.lines().find(|l| l.contains(&want)).unwrap_or_default();
+        assert!(
+            line.contains(&format!("[default: {}]", pair[1])),
+            "{pair:?} of {source:?} against {help}"
+        );
+    }
+
+    // Options the generator cannot honour are refused before any file is made.
+    let bad = dir.path().join("bad.trc");
+    let mut c = Command::new(tierd_bin());
+    c.args(["trace", "generate", "zipf", "--region", "1000000"])
+        .arg(&bad)
+        .env("RUST_BACKTRACE", "0");
+    let out = run(&mut c);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("multiple of 4 KiB"),
+        "{err}"
+    );
+    assert!(!bad.exists());
 }

@@ -13,7 +13,7 @@
 //! [`target`] (targets and the runner), [`suites`], [`replay`] (block
 //! traces played on the targets), [`report`], [`sim`] (the classic
 //! placement policies and the offline optimum, simulated on a block
-//! trace).
+//! trace), [`tracegen`] (synthetic traces of standard shapes).
 
 pub mod replay;
 pub mod report;
@@ -21,6 +21,7 @@ pub mod sched;
 pub mod sim;
 pub mod suites;
 pub mod target;
+pub mod tracegen;
 pub mod workload;
 
 use std::path::PathBuf;

@@ -44,7 +44,7 @@ enum Command {
     /// models (virtual or real clock) or real devices.
     Bench(Box<bench_cmd::BenchArgs>),
     /// Block I/O traces: summarise one, convert public formats to tierd's,
-    /// export for fio (docs/trace.md).
+    /// export for fio, generate synthetic ones (docs/trace.md).
     Trace {
         #[command(subcommand)]
         command: trace_cmd::TraceCommand,

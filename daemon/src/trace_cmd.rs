@@ -1,18 +1,22 @@
 //! `tierd trace`: flag parsing and output for the library's `trace` module
-//! (`info`, `import`, `export`); the reading, converting and counting are
-//! the library's.
+//! (`info`, `import`, `export`) and the bench's trace generator
+//! (`generate`); the reading, converting, counting and generating are the
+//! libraries'.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tierd::trace::export::{check_device_name, to_fio_iolog_v3};
 use tierd::trace::import::{self, Format, Import, ImportStats};
 use tierd::trace::stats::{Summary, TraceStats};
 use tierd::trace::{Op, Record, TraceError, TraceWriter};
+use tierd::units::ByteSize;
+use tierd_bench::tracegen::{self, GenOptions, Shape};
 
 /// Subcommands of `tierd trace`.
 #[derive(Subcommand)]
@@ -54,6 +58,45 @@ pub enum TraceCommand {
         #[command(flatten)]
         format: FormatArg,
     },
+    /// Write a synthetic trace of a standard shape in tierd's format,
+    /// the same for the same options (docs/trace.md, "Generated shapes").
+    Generate {
+        /// zipf: Zipf 0.99 over scattered 4 KiB blocks, 90 % reads;
+        /// shift: zipf whose hot set moves away at the middle and back at
+        /// three quarters; scan-hot: a Zipf hot set on the first eighth and
+        /// a sequential 256 KiB scan of the region (a quarter of the
+        /// requests); database: 8 KiB random reads and writes (67/33) and a
+        /// 4 KiB FUA log on the last eighth (a tenth of the requests).
+        #[arg(value_parser = shape_parser())]
+        shape: Shape,
+        /// The tierd trace to write (refused if it exists, unless --force).
+        output: PathBuf,
+        /// Bytes the requests span, from offset 0: a multiple of 4 KiB, at
+        /// least 1 MiB (the trace's volume size) [default: 4GiB].
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        region: Option<u64>,
+        /// Requests to generate [default: 200000].
+        #[arg(long, value_name = "N")]
+        requests: Option<u64>,
+        /// Requests per second, Poisson arrivals [default: 2000].
+        #[arg(long, value_name = "R")]
+        rate: Option<f64>,
+        /// Seed of every random choice [default: 1].
+        #[arg(long, value_name = "S")]
+        seed: Option<u64>,
+        /// Replace OUTPUT if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// Accepts a shape's name (and lists the names in help and completions).
+fn shape_parser() -> impl TypedValueParser<Value = Shape> {
+    PossibleValuesParser::new(Shape::ALL.map(Shape::name)).try_map(|s| s.parse::<Shape>())
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    ByteSize::parse(s).map(|b| b.0).map_err(|e| e.to_string())
 }
 
 /// `--format` of the input.
@@ -92,6 +135,25 @@ pub fn run(cmd: TraceCommand) -> anyhow::Result<()> {
             device,
             format,
         } => export_fio(&input, &output, format.format, &device),
+        TraceCommand::Generate {
+            shape,
+            output,
+            region,
+            requests,
+            rate,
+            seed,
+            force,
+        } => {
+            let d = GenOptions::defaults(shape);
+            let opts = GenOptions {
+                shape,
+                region: region.unwrap_or(d.region),
+                requests: requests.unwrap_or(d.requests),
+                rate: rate.unwrap_or(d.rate),
+                seed: seed.unwrap_or(d.seed),
+            };
+            generate(&opts, &output, force)
+        }
     }
 }
 
@@ -283,6 +345,40 @@ fn write_file(
     write: impl FnOnce(BufWriter<File>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let f = File::create(output).with_context(|| format!("creating {}", output.display()))?;
+    write_then_clean_up(output, f, write)
+}
+
+/// Create `output`, which must not exist unless `force`, run `write` on
+/// it, and remove it again if that fails (a file that was there and is
+/// refused is left alone).
+fn write_new_file(
+    output: &Path,
+    force: bool,
+    write: impl FnOnce(BufWriter<File>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut open = OpenOptions::new();
+    open.write(true);
+    if force {
+        open.create(true).truncate(true);
+    } else {
+        open.create_new(true);
+    }
+    let f = match open.open(output) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => bail!(
+            "{} exists: choose another file, or --force to replace it",
+            output.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("creating {}", output.display())),
+    };
+    write_then_clean_up(output, f, write)
+}
+
+fn write_then_clean_up(
+    output: &Path,
+    f: File,
+    write: impl FnOnce(BufWriter<File>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let result = write(BufWriter::new(f));
     if result.is_err() {
         let _ = std::fs::remove_file(output);
@@ -381,6 +477,40 @@ fn export_fio(
             String::new()
         },
         skipped_note(&src.stats)
+    );
+    Ok(())
+}
+
+fn generate(opts: &GenOptions, output: &Path, force: bool) -> anyhow::Result<()> {
+    opts.check()
+        .with_context(|| format!("generating the trace {}", output.display()))?;
+    let header = tracegen::header(opts);
+    let bar = progress("generating");
+    let mut written = 0;
+    let result = write_new_file(output, force, |out| {
+        let mut w = TraceWriter::new(out, &header)
+            .with_context(|| format!("writing the trace header to {}", output.display()))?;
+        for r in tracegen::generate(opts) {
+            w.write(&r)
+                .with_context(|| format!("writing the trace {}", output.display()))?;
+            if w.records().is_multiple_of(4096) {
+                bar.set_position(w.records());
+            }
+        }
+        written = w.records();
+        w.finish()
+            .and_then(|mut f| f.flush())
+            .with_context(|| format!("writing the trace {}", output.display()))?;
+        Ok(())
+    });
+    bar.finish_and_clear();
+    result?;
+    eprintln!(
+        "{written} records of the {} shape over {} (seed {}) to {}",
+        opts.shape,
+        ByteSize(opts.region),
+        opts.seed,
+        output.display()
     );
     Ok(())
 }
