@@ -186,14 +186,22 @@ fn counters_follow_real_io() {
     assert!(hit("ssd") + hit("hdd") >= len as f64, "hit bytes");
     // Every byte the client wrote landed on one tier or the other, and
     // migration's copies are not among them.
-    let landed = |t: &str| get(&m, &format!("tierd_write_landed_bytes_total{{tier=\"{t}\"}}"));
+    let landed = |t: &str| {
+        get(
+            &m,
+            &format!("tierd_write_landed_bytes_total{{tier=\"{t}\"}}"),
+        )
+    };
     assert!(
         landed("ssd") + landed("hdd") >= len as f64,
         "landed bytes {} + {} < {len}",
         landed("ssd"),
         landed("hdd")
     );
-    assert!(landed("ssd") + landed("hdd") <= dev_w, "landed bytes past the device's writes");
+    assert!(
+        landed("ssd") + landed("hdd") <= dev_w,
+        "landed bytes past the device's writes"
+    );
     assert!(!m.keys().any(|k| k.starts_with("tierd_ssd_hit_ratio")));
     assert!(!m.keys().any(|k| k.starts_with("tierd_up")));
 

@@ -93,11 +93,7 @@ impl Bench {
         let mut hybrid = Counters::default();
         for i in 0..self.targets.len() {
             let before = self.targets[i].volume().map(|v| Counters::of(v.stats()));
-            let mig = if i == 0 {
-                self.migrator.clone()
-            } else {
-                None
-            };
+            let mig = if i == 0 { self.migrator.clone() } else { None };
             self.progress(&format!(
                 "trace {case} on {} ({} requests)",
                 self.targets[i].name(),
@@ -138,8 +134,8 @@ impl Bench {
             trace.source,
             self.opts.trace_speed,
             trace.extents,
-            trace.extents * es >> 20,
-            cap * es >> 20
+            (trace.extents * es) >> 20,
+            (cap * es) >> 20
         );
         self.finding(
             suite,
@@ -202,7 +198,11 @@ impl Bench {
         self.finding(
             suite,
             &format!("{case}/hybrid-vs-optimal"),
-            if optimal > 0.0 { hyb_read / optimal } else { 0.0 },
+            if optimal > 0.0 {
+                hyb_read / optimal
+            } else {
+                0.0
+            },
             "ratio",
             format!("read-hit share against the offline optimum's {optimal:.3} (target >= 0.95)"),
         );
