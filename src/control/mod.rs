@@ -238,9 +238,14 @@ pub struct TierStatus {
     pub errors: u64,
     /// Logical read pieces served from this tier.
     pub read_hits: u64,
-    /// Logical bytes read from extents on this tier.
+    /// Logical bytes read from this tier (a block in the write log is read
+    /// from the SSD).
     #[serde(default)]
     pub read_hit_bytes: u64,
+    /// Bytes of users' writes that landed on this tier (the SSD: its
+    /// extents and the write log).
+    #[serde(default)]
+    pub write_landed_bytes: u64,
     /// Seconds the device had an operation in flight, since start.
     #[serde(default)]
     pub busy_secs: f64,

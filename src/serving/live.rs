@@ -418,6 +418,7 @@ impl Live {
                 let (latency, busy_secs, utilisation) = std::mem::take(&mut lat[i]);
                 TierStatus {
                     read_hit_bytes: Stats::get(&s.read_hit_bytes[i]),
+                    write_landed_bytes: Stats::get(&s.write_landed_bytes[i]),
                     busy_secs,
                     utilisation,
                     latency,
