@@ -221,6 +221,7 @@ pub fn execute(
         let mut buf = vec![0u8; max];
         let all = VolumeStreams::new();
         let mut own: BTreeMap<u16, StreamDetector> = BTreeMap::new();
+        let mut last_end = start;
         for r in &trace.records {
             let t0 = start + Duration::from_secs_f64(r.t_ns as f64 / 1e9 / speed);
             p.sleep_until(t0);
@@ -248,7 +249,11 @@ pub fn execute(
             }
             let end = p.own_now().max(t0 + MIN_REQUEST);
             m.record(start, t0, end, len);
+            last_end = last_end.max(end);
         }
+        // The run lasts until its last request completed: an overloaded
+        // target finishes long after the trace's last arrival.
+        m.elapsed = last_end.saturating_sub(start);
         done.store(true, Ordering::Release);
         if let Some(mig) = migrator {
             mig.set_paused(true);
@@ -262,7 +267,8 @@ pub fn execute(
     for m in &parts {
         total.merge(m);
     }
-    total.elapsed = sched.now().saturating_sub(start);
+    // The replay's own length (the migrator's last round may run past it).
+    total.elapsed = parts.iter().map(|m| m.elapsed).max().unwrap_or_default();
     total
 }
 
