@@ -516,7 +516,11 @@ impl Migrator {
                             MoveOutcome::Moved(bytes) => {
                                 report.moved += 1;
                                 report.bytes += bytes;
-                                debug!(extent, to = %first.to, bytes, "moved");
+                                let reason = batch
+                                    .iter()
+                                    .find(|(e, _)| *e == extent)
+                                    .map_or(first.reason, |(_, r)| *r);
+                                debug!(extent, to = %first.to, reason = reason.name(), bytes, "moved");
                             }
                             MoveOutcome::Raced => report.raced += 1,
                             _ => report.skipped += 1,
