@@ -201,7 +201,14 @@ impl Volume {
             Some(m) if m.loc.tier == Tier::Hdd => {
                 let way = self.log_way(p.extent, &m, hint);
                 self.count_log_full(way);
-                self.write_logged(&mut guard, p, data, m, way == LogWay::Take)
+                // A write that covers part of a block whose data is on the
+                // HDD goes there in place: logging it would first read the
+                // rest of the block off the HDD (two reads for a write
+                // neither edge of which is 4 KiB aligned, as Iometer's
+                // 512-byte-aligned 8 KiB writes are), slower than the
+                // write it saves.
+                let use_log = way == LogWay::Take && !partial_on_hdd(&m, p.start, p.len);
+                self.write_logged(&mut guard, p, data, m, use_log)
             }
             Some(m) => self
                 .write_locked(&mut guard, p, data, m, false)
@@ -562,6 +569,18 @@ enum LogWay {
 /// Whether a write to blocks `first..=last` of `m` goes to its slot with no
 /// change of the mapping: every block written there, none newer in the log,
 /// a shadow already stale there, and not a write the log takes.
+/// Whether a write of `len` bytes at `start` in the HDD extent `m` covers
+/// part of a block (its first or its last) whose data is on the HDD: one
+/// written and not in the write log. Logging such a write would need that
+/// block's other bytes read off the HDD first.
+fn partial_on_hdd(m: &Mapping, start: u64, len: u64) -> bool {
+    let end = start + len;
+    let (first, last) = block_span(start, len);
+    let on_hdd = |b: u32| m.written.get(b) && m.logged_at(b).is_none();
+    (!start.is_multiple_of(BLOCK_SIZE) && on_hdd(first))
+        || (!end.is_multiple_of(BLOCK_SIZE) && on_hdd(last))
+}
+
 fn writes_in_place(m: &Mapping, first: u32, last: u32, way: LogWay) -> bool {
     m.written.all(first, last)
         && m.logged.is_empty()
