@@ -874,3 +874,54 @@ async fn the_export_is_told_of_every_request_that_runs(threads: usize) {
     );
     server.shutdown().await;
 }
+
+/// The threaded loop serves a client that keeps one request in flight on
+/// the thread that read it (no hand-off of the socket to a second thread
+/// per request), and a client that pipelines is still served side by side
+/// right after: the credit for serving so is lost at once.
+#[tokio::test]
+async fn one_request_at_a_time_stays_on_one_thread_and_pipelining_spreads() {
+    let export = Arc::new(TestExport {
+        read_sleep: Duration::from_millis(2),
+        ..TestExport::new()
+    });
+    let srv = start_with(
+        export.clone(),
+        ServerOptions {
+            threads: 8,
+            ..opts()
+        },
+    )
+    .await;
+    with_timeout(async {
+        let mut c = Client::ready(srv.addr, true).await;
+        for i in 0..40u64 {
+            assert_eq!(c.read(i, i * 4096, 512).await, vec![0; 512]);
+        }
+        let seen = export.read_threads.lock().unwrap().clone();
+        let late: std::collections::HashSet<_> = seen[10..].iter().map(|(_, id)| *id).collect();
+        assert_eq!(
+            late.len(),
+            1,
+            "one request at a time: the last 30 reads ran on {} threads",
+            late.len()
+        );
+        export.read_threads.lock().unwrap().clear();
+        for round in 0..4u64 {
+            for i in 0..8u64 {
+                c.request(0, CMD_READ, 1000 + round * 100 + i, i * 4096, 512)
+                    .await;
+            }
+            for i in 0..8u64 {
+                assert_eq!(c.result(1000 + round * 100 + i).await, (0, vec![0; 512]));
+            }
+        }
+    })
+    .await;
+    srv.shutdown().await;
+    assert!(
+        export.read_thread_count() >= 4,
+        "pipelined reads after a solo phase ran on {} threads",
+        export.read_thread_count()
+    );
+}
