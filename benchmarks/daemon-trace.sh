@@ -99,7 +99,7 @@ EOF
 before=$(status)
 echo "== replaying through the daemon (speed ${SPEED}x)" >&2
 fio --name=replay --ioengine=nbd --uri="nbd://127.0.0.1:$PORT" \
-  --read_iolog="$WORK/replay.iolog" --replay_time_scale="$(python3 -c "print(int(100 / $SPEED) or 1)")" \
+  --read_iolog="$WORK/replay.iolog" --replay_time_scale="$(python3 -c "print(max(1, round(100 * $SPEED)))")" \
   --iodepth=16 --output-format=json --output="$WORK/replay.json" >/dev/null
 after=$(status)
 jq -n --argjson b "$before" --argjson a "$after" --slurpfile f "$WORK/replay.json" '
