@@ -44,7 +44,7 @@ for t in "${TRACES[@]}"; do ARGS+=(--trace "$t"); done
 jq -r '
   [.findings[] | select(.suite == "trace")] as $f
   | ($f | map(.name | split("/")[0]) | unique) as $traces
-  | ["trace", "hybrid", "lru", "lfu", "arc", "smq", "optimal", "hyb/opt", "hyb-best", "hyb mig", "lru mig"],
+  | ["trace", "hybrid", "lru", "lfu", "arc", "smq", "optimal", "hyb/opt", "hyb-best", "hyb-mig", "lru-mig"],
     ($traces[] as $t
       | def v($n): ($f[] | select(.name == ($t + "/" + $n)) | .value);
         def note($n): ($f[] | select(.name == ($t + "/" + $n)) | .note);
