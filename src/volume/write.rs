@@ -49,7 +49,7 @@ impl Volume {
         let (first, last) = block_span(p.start, p.len);
         let guard = self.slot_lock(p.extent).try_read()?;
         let m = guard.as_ref()?;
-        let way = self.log_way(p.extent, m, hint);
+        let way = self.log_way(&p, m, hint);
         if !writes_in_place(m, first, last, way) {
             return None;
         }
@@ -79,20 +79,27 @@ impl Volume {
     /// write: the log takes it (`Take`), would but has no room (`Full`), or
     /// it is none of the log's business (`No`: an SSD extent, the log off,
     /// a long sequential stream — those go to the HDD at its streaming speed
-    /// and keep the log for random writes — or an extent pinned to the HDD).
+    /// and keep the log for random writes — an extent pinned to the HDD, or,
+    /// when the log has room, a write covering part of a block whose data
+    /// is on the HDD: logging it would first read the rest of the block off
+    /// the HDD, two reads for a write neither edge of which is 4 KiB
+    /// aligned, as Iometer's 512-byte-aligned 8 KiB writes are, slower than
+    /// the write it saves).
     /// The cheap checks come first; the room check takes the log's lock.
-    fn log_way(&self, extent: u64, m: &Mapping, hint: IoHint) -> LogWay {
+    fn log_way(&self, p: &Piece, m: &Mapping, hint: IoHint) -> LogWay {
         if m.loc.tier != Tier::Hdd
             || !self.log_enabled.load(Ordering::Relaxed)
             || self.evacuating() == Some(Tier::Ssd)
             || self.heat.is_sequential(hint)
-            || self.pin_of(extent) == Some(Tier::Hdd)
+            || self.pin_of(p.extent) == Some(Tier::Hdd)
         {
             LogWay::No
-        } else if self.log_room() {
-            LogWay::Take
-        } else {
+        } else if !self.log_room() {
             LogWay::Full
+        } else if partial_on_hdd(m, p.start, p.len) {
+            LogWay::No
+        } else {
+            LogWay::Take
         }
     }
 
@@ -152,7 +159,7 @@ impl Volume {
             // data where this write goes, so the mapping does not change.
             let guard = self.slot_lock(p.extent).read();
             if let Some(m) = guard.as_ref() {
-                let way = self.log_way(p.extent, m, hint);
+                let way = self.log_way(&p, m, hint);
                 if writes_in_place(m, first, last, way) {
                     let r = self.shared_write(p.extent, (first, last), || {
                         self.device_write(m.loc, p.start, data)
@@ -179,7 +186,7 @@ impl Volume {
             // shared lock, unless the mapping changed meanwhile.
             let guard = self.slot_lock(p.extent).read();
             if let Some(m) = guard.as_ref() {
-                let way = self.log_way(p.extent, m, hint);
+                let way = self.log_way(&p, m, hint);
                 if writes_in_place(m, first, last, way) {
                     return self
                         .shared_write(p.extent, (first, last), || {
@@ -199,16 +206,9 @@ impl Volume {
                     .map(|()| false)
             }
             Some(m) if m.loc.tier == Tier::Hdd => {
-                let way = self.log_way(p.extent, &m, hint);
+                let way = self.log_way(&p, &m, hint);
                 self.count_log_full(way);
-                // A write that covers part of a block whose data is on the
-                // HDD goes there in place: logging it would first read the
-                // rest of the block off the HDD (two reads for a write
-                // neither edge of which is 4 KiB aligned, as Iometer's
-                // 512-byte-aligned 8 KiB writes are), slower than the
-                // write it saves.
-                let use_log = way == LogWay::Take && !partial_on_hdd(&m, p.start, p.len);
-                self.write_logged(&mut guard, p, data, m, use_log)
+                self.write_logged(&mut guard, p, data, m, way == LogWay::Take)
             }
             Some(m) => self
                 .write_locked(&mut guard, p, data, m, false)
@@ -566,9 +566,6 @@ enum LogWay {
     No,
 }
 
-/// Whether a write to blocks `first..=last` of `m` goes to its slot with no
-/// change of the mapping: every block written there, none newer in the log,
-/// a shadow already stale there, and not a write the log takes.
 /// Whether a write of `len` bytes at `start` in the HDD extent `m` covers
 /// part of a block (its first or its last) whose data is on the HDD: one
 /// written and not in the write log. Logging such a write would need that
@@ -581,6 +578,9 @@ fn partial_on_hdd(m: &Mapping, start: u64, len: u64) -> bool {
         || (!end.is_multiple_of(BLOCK_SIZE) && on_hdd(last))
 }
 
+/// Whether a write to blocks `first..=last` of `m` goes to its slot with no
+/// change of the mapping: every block written there, none newer in the log,
+/// a shadow already stale there, and not a write the log takes.
 fn writes_in_place(m: &Mapping, first: u32, last: u32, way: LogWay) -> bool {
     m.written.all(first, last)
         && m.logged.is_empty()
