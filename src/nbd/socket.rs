@@ -53,6 +53,18 @@ impl Sock {
         })
     }
 
+    /// Whether bytes wait to be read, asked without waiting and without
+    /// the socket's lock (a receive would take it, against the kernel
+    /// delivering the data); an interrupted ask says no.
+    pub(super) fn ready(&self) -> io::Result<bool> {
+        let mut fds = [PollFd::new(self, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&Timespec::default())) {
+            Ok(n) => Ok(n > 0),
+            Err(Errno::INTR) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     pub(super) fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Sock::Tcp(s) => s.as_fd(),
@@ -119,16 +131,9 @@ impl Read for Capped {
         if self.poll.worth_it() {
             let start = Instant::now();
             loop {
-                // Readiness is asked without the socket's lock (a receive
-                // would take it, against the kernel delivering the data).
-                let mut fds = [PollFd::new(&self.sock, PollFlags::IN)];
-                match rustix::event::poll(&mut fds, Some(&Timespec::default())) {
-                    Ok(n) if n > 0 => {
-                        self.poll.caught();
-                        return self.sock.read(buf);
-                    }
-                    Ok(_) | Err(Errno::INTR) => {}
-                    Err(e) => return Err(e.into()),
+                if self.sock.ready()? {
+                    self.poll.caught();
+                    return self.sock.read(buf);
                 }
                 if start.elapsed() >= self.poll.window {
                     self.poll.missed();

@@ -55,7 +55,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags, Timespec};
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
@@ -117,12 +116,6 @@ impl Job {
 
 /// Most credit for serving solo ([`Shared::solo`]); half of it is needed.
 const SOLO_CREDIT: u8 = 8;
-
-/// Whether the socket has bytes to read now (asked without waiting).
-fn readable(sock: &Sock) -> bool {
-    let mut fds = [PollFd::new(sock, PollFlags::IN)];
-    matches!(rustix::event::poll(&mut fds, Some(&Timespec::default())), Ok(n) if n > 0)
-}
 
 /// The read side: one thread at a time.
 struct Reader {
@@ -492,13 +485,11 @@ impl Shared {
         }))
     }
 
-    /// This thread runs a request now: start another to read the next one
-    /// when none would be left waiting.
-    /// Count a request read off the socket towards serving solo: earned
-    /// when no other request of the connection is being served, lost
-    /// (twice as fast) when one is.
+    /// Count a READ or WRITE read off the socket towards serving solo:
+    /// earned when no other request of the connection is being served,
+    /// lost (twice as fast) when one is.
     fn count_alone(&self, job: &Job) {
-        if matches!(job, Job::Reply(_)) {
+        if !matches!(job, Job::Read { .. } | Job::Write { .. }) {
             return;
         }
         let alone = {
@@ -525,9 +516,11 @@ impl Shared {
         matches!(job, Job::Read { .. } | Job::Write { .. })
             && self.solo.load(Ordering::Relaxed) >= SOLO_CREDIT / 2
             && r.rd.buffer().is_empty()
-            && !readable(&self.ctl)
+            && !self.ctl.ready().unwrap_or(false)
     }
 
+    /// This thread runs a request now: start another to read the next one
+    /// when none would be left waiting.
     fn busy(self: &Arc<Self>) {
         let mut pool = lock(&self.pool);
         pool.idle -= 1;
@@ -731,7 +724,7 @@ impl Shared {
     /// Queue one reply, and send what is queued if no other reply waits and
     /// `may_flush` (else the caller [`settle`](Self::settle)s later).
     fn send(&self, head: &[u8], data: &[u8], may_flush: bool) {
-        if self.probing.swap(false, Ordering::AcqRel) && readable(&self.ctl) {
+        if self.probing.swap(false, Ordering::AcqRel) && self.ctl.ready().unwrap_or(false) {
             // Served solo while the client sent another request: it
             // keeps more than one in flight.
             let credit = self.solo.load(Ordering::Relaxed);
