@@ -485,11 +485,11 @@ impl Shared {
         }))
     }
 
-    /// Count a READ or WRITE read off the socket towards serving solo:
-    /// earned when no other request of the connection is being served,
-    /// lost (twice as fast) when one is.
+    /// Count a request read off the socket towards serving solo: earned
+    /// when no other request of the connection is being served, lost
+    /// (twice as fast) when one is.
     fn count_alone(&self, job: &Job) {
-        if !matches!(job, Job::Read { .. } | Job::Write { .. }) {
+        if matches!(job, Job::Reply(_)) {
             return;
         }
         let alone = {
