@@ -516,11 +516,20 @@ impl Migrator {
                             MoveOutcome::Moved(bytes) => {
                                 report.moved += 1;
                                 report.bytes += bytes;
-                                let reason = batch
-                                    .iter()
-                                    .find(|(e, _)| *e == extent)
-                                    .map_or(first.reason, |(_, r)| *r);
-                                debug!(extent, to = %first.to, reason = reason.name(), bytes, "moved");
+                                // The reason is looked up only when the
+                                // line is logged (tracing evaluates fields
+                                // behind its level check).
+                                debug!(
+                                    extent,
+                                    to = %first.to,
+                                    reason = batch
+                                        .iter()
+                                        .find(|(e, _)| *e == extent)
+                                        .map_or(first.reason, |(_, r)| *r)
+                                        .name(),
+                                    bytes,
+                                    "moved"
+                                );
                             }
                             MoveOutcome::Raced => report.raced += 1,
                             _ => report.skipped += 1,
