@@ -8,32 +8,15 @@
 //! Runs the `tierd` binary of this build (next to the test's `deps`
 //! directory; `cargo build --workspace` first) or `TIERD_BIN`.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::process::Command;
+
+use support::tierd_bin;
 
 /// The only field that differs between two runs of one build.
 const IGNORED: &str = "\"wall_secs\":";
-
-fn tierd_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TIERD_BIN") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "TIERD_BIN={} does not exist", p.display());
-        return p;
-    }
-    let exe = std::env::current_exe().expect("locating the test executable");
-    // target/<profile>/deps/<test> -> target/<profile>/tierd
-    let p = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable is in target/<profile>/deps")
-        .join("tierd");
-    assert!(
-        p.is_file(),
-        "{} not found: build it first: cargo build --workspace (or set TIERD_BIN)",
-        p.display()
-    );
-    p
-}
 
 /// Paths of the object keys in `v` that are not snake_case.
 fn non_snake_keys(v: &serde_json::Value, path: &str, out: &mut Vec<String>) {

@@ -9,28 +9,13 @@
 //! Runs the `tierd` binary of this build (next to the test's `deps`
 //! directory; `cargo build --workspace` first) or `TIERD_BIN`.
 
-use std::path::{Path, PathBuf};
+mod support;
+
 use std::process::Command;
 
-use serde_json::Value;
+use support::tierd_bin;
 
-fn tierd_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TIERD_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("locating the test executable");
-    let p = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable is in target/<profile>/deps")
-        .join("tierd");
-    assert!(
-        p.is_file(),
-        "{} not found: build it first: cargo build --workspace (or set TIERD_BIN)",
-        p.display()
-    );
-    p
-}
+use serde_json::Value;
 
 fn run(args: &[&str]) -> std::process::Output {
     Command::new(tierd_bin())
