@@ -54,9 +54,23 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io("creating its directory"))?;
     }
-    let listener = UnixListener::bind(path).map_err(io("binding"))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(io("restricting it to mode 0600"))?;
+    // Bound under a private name, restricted, then renamed into place, so
+    // the path never shows the socket with the umask's mode (a client
+    // waiting for the path saw 0755 before the chmod).
+    let name = path.file_name().map_or_else(
+        || "control.sock".into(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp).map_err(io("binding"))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .map_err(io("restricting it to mode 0600"))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(io("moving it into place")));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     Ok(listener)
 }
 
