@@ -117,8 +117,8 @@ impl Job {
 
 /// Credit a connection needs before a request is served solo
 /// ([`Shared::solo`]): one per request that arrived with none other of the
-/// connection in flight, two lost per one that did not, all of it when a
-/// request arrived while one was served solo. A request served solo
+/// connection in flight, all of it lost when a request arrived while one
+/// was served solo. A request served solo
 /// while the client sends another delays that one by a whole service time,
 /// against the few microseconds of a hand-off saved: solo pays only for
 /// clients that almost never have two in flight. (With 8, half needed, and
@@ -175,8 +175,7 @@ struct Shared {
     replies_waiting: AtomicUsize,
     /// Credit for serving a request that waits on the device on the thread
     /// that read it, still holding the reader ([`Shared::solo`]): earned
-    /// by requests that arrive with none other in flight, lost twice as
-    /// fast by ones that arrive while another is served, and all at once
+    /// by requests that arrive with none other in flight, lost all at once
     /// by one that arrives while a request is served solo.
     solo: AtomicU8,
     /// A request is served solo now: its reply checks whether the client
@@ -497,8 +496,7 @@ impl Shared {
     }
 
     /// Count a request read off the socket towards serving solo: earned
-    /// when no other request of the connection is being served, lost
-    /// (twice as fast) when one is.
+    /// when no other request of the connection is being served.
     fn count_alone(&self, job: &Job) {
         if matches!(job, Job::Reply(_)) {
             return;
@@ -512,9 +510,11 @@ impl Shared {
         let credit = if alone {
             (credit + 1).min(SOLO_CREDIT)
         } else {
-            // Twice the gain, not all of it: a thread that has just sent
-            // its reply counts as busy until it returns to the pool.
-            credit.saturating_sub(2)
+            // Nothing earned, nothing lost: a thread that has just sent
+            // its reply counts as busy until it returns to the pool, so
+            // this is a hint; a request that really arrived while one was
+            // served solo takes the credit (`send`).
+            credit
         };
         self.solo.store(credit, Ordering::Relaxed);
     }
