@@ -17,7 +17,26 @@ impl SledStore {
     /// Open (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> StoreResult<Self> {
         std::fs::create_dir_all(dir)?;
-        let db = sled::Config::new().path(dir).flush_every_ms(None).open()?;
+        // A store just dropped in this process may hold its file lock for a
+        // moment (sled lets go of it from a background thread): a reopen
+        // right after a close waits up to half a second for it. Another
+        // process holding the lock is refused after that.
+        let mut tries = 0;
+        let db = loop {
+            match sled::Config::new().path(dir).flush_every_ms(None).open() {
+                Err(sled::Error::Io(e))
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.to_string().contains("could not acquire lock") =>
+                {
+                    tries += 1;
+                    if tries >= 10 {
+                        return Err(sled::Error::Io(e).into());
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                r => break r?,
+            }
+        };
         let extents = db.open_tree("extents")?;
         Ok(SledStore { db, extents })
     }
