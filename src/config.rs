@@ -26,7 +26,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// The SSD: a block device or image file. Default `<data-dir>/ssd.img`.
     pub ssd: Option<PathBuf>,
-    /// The HDD: a block device or image file. Default `<data-dir>/hdd.img`.
+    /// The HDD: a block device or image file, or an NBD export on another
+    /// server (`nbd://host[:port]/export`, `nbd+unix:///export?socket=PATH`;
+    /// docs/remote.md). Default `<data-dir>/hdd.img`.
     pub hdd: Option<PathBuf>,
     /// The sled metadata directory. Default `<data-dir>/meta`.
     pub meta_dir: Option<PathBuf>,
@@ -86,6 +88,11 @@ pub struct Config {
     /// (including STARTTLS). Default `30s`.
     #[serde(with = "duration_secs")]
     pub handshake_timeout: std::time::Duration,
+    /// With the HDD tier on a remote NBD export: longest a request to it
+    /// waits, reconnecting included, before it fails with EIO.
+    /// Default `30s`.
+    #[serde(with = "duration_secs")]
+    pub remote_timeout: std::time::Duration,
     /// Server certificate chain (PEM) for NBD over TLS (STARTTLS). With
     /// `tls-cert` and `tls-key` set, TLS is required of every client.
     pub tls_cert: Option<PathBuf>,
@@ -133,6 +140,7 @@ impl Default for Config {
             nbd_zero_copy: true,
             nbd_poll: crate::units::NBD_POLL_DEFAULT,
             handshake_timeout: std::time::Duration::from_secs(30),
+            remote_timeout: std::time::Duration::from_secs(30),
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
@@ -475,6 +483,23 @@ impl Config {
         }
         if self.handshake_timeout.is_zero() {
             return Err(InvalidKey::new("handshake-timeout", "must be above zero"));
+        }
+        if self.remote_timeout.is_zero() {
+            return Err(InvalidKey::new("remote-timeout", "must be above zero"));
+        }
+        if let Some(ssd) = self.ssd.as_ref().and_then(|p| p.to_str()) {
+            if crate::nbd::client::is_uri(ssd) {
+                return Err(InvalidKey::new(
+                    "ssd",
+                    format!("{ssd} is a remote NBD export: the SSD must be a local device (only the HDD tier may be remote)"),
+                ));
+            }
+        }
+        if let Some(hdd) = self.hdd.as_ref().and_then(|p| p.to_str()) {
+            if crate::nbd::client::is_uri(hdd) {
+                crate::nbd::client::Target::parse(hdd)
+                    .map_err(|e| InvalidKey::new("hdd", e.to_string()))?;
+            }
         }
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => {

@@ -33,7 +33,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "config",
         &[
-            "units", "clock", "device", "store", "heat", "volume", "migrate",
+            "units", "clock", "device", "store", "heat", "volume", "migrate", "nbd",
         ],
     ),
     (

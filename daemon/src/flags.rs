@@ -45,7 +45,11 @@ const FLAGS: &[Flag] = {
             "Data directory (default ./tierd-data)",
         ),
         flag("ssd", Path("PATH"), "SSD block device or image file"),
-        flag("hdd", Path("PATH"), "HDD block device or image file"),
+        flag(
+            "hdd",
+            Path("PATH"),
+            "HDD block device or image file, or a remote NBD export (nbd://host:port/export)",
+        ),
         flag(
             "meta-dir",
             Path("DIR"),
@@ -132,6 +136,11 @@ const FLAGS: &[Flag] = {
             "handshake-timeout",
             Value("DURATION"),
             "Time allowed for a client's handshake, e.g. 30s, 500ms (default 30s)",
+        ),
+        flag(
+            "remote-timeout",
+            Value("DURATION"),
+            "With a remote HDD tier: longest a request to it waits, reconnecting included, before EIO (default 30s)",
         ),
         flag(
             "tls-cert",

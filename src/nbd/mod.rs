@@ -5,6 +5,8 @@
 //! and what it served goes out through [`RequestObserver`]. It imports only
 //! `crate::units` and the shared accept loop, `crate::listen`.
 //!
+//! - [`client`]: a pipelined, reconnecting NBD client of one export (the
+//!   remote capacity tier).
 //! - [`export`]: the [`Export`] trait, [`IoCtx`], [`ExportError`] (the one
 //!   errno mapping).
 //! - [`mem`]: [`MemExport`], a sparse in-memory export.
@@ -22,6 +24,7 @@
 //!   shutdown.
 //! - [`tls`]: rustls configuration for `NBD_OPT_STARTTLS`.
 
+pub mod client;
 pub mod export;
 mod handshake;
 pub mod mem;

@@ -572,6 +572,60 @@ pub fn encode_block_status_chunk(
     Some(())
 }
 
+/// A client option: `IHAVEOPT`, option, payload length, payload.
+pub fn encode_option(option: u32, data: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(OPTION_HEADER_LEN + data.len());
+    b.extend_from_slice(&IHAVEOPT.to_be_bytes());
+    b.extend_from_slice(&option.to_be_bytes());
+    b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    b.extend_from_slice(data);
+    b
+}
+
+/// The 20-byte header of a server's option reply.
+pub const OPTION_REPLY_HEADER_LEN: usize = 20;
+
+/// A server's option reply header, as a client reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionReply {
+    /// The option it answers.
+    pub option: u32,
+    /// `REP_*`.
+    pub reply_type: u32,
+    /// Length of the data that follows.
+    pub len: u32,
+}
+
+/// Parse an option reply header; a wrong magic is fatal.
+pub fn parse_option_reply(buf: &[u8; OPTION_REPLY_HEADER_LEN]) -> Result<OptionReply, ProtoError> {
+    let mut b8 = [0u8; 8];
+    b8.copy_from_slice(&buf[0..8]);
+    let magic = u64::from_be_bytes(b8);
+    if magic != OPTION_REPLY_MAGIC {
+        return Err(ProtoError::BadMagic(magic));
+    }
+    Ok(OptionReply {
+        option: u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]),
+        reply_type: u32::from_be_bytes([buf[12], buf[13], buf[14], buf[15]]),
+        len: u32::from_be_bytes([buf[16], buf[17], buf[18], buf[19]]),
+    })
+}
+
+/// Parse a simple reply header into `(errno, cookie)`; a wrong magic
+/// (a structured reply the client never asked for among them) is fatal.
+pub fn parse_simple_reply(buf: &[u8; SIMPLE_REPLY_LEN]) -> Result<(u32, u64), ProtoError> {
+    let magic = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    if magic != SIMPLE_REPLY_MAGIC {
+        return Err(ProtoError::BadMagic(u64::from(magic)));
+    }
+    let mut b8 = [0u8; 8];
+    b8.copy_from_slice(&buf[8..16]);
+    Ok((
+        u32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]),
+        u64::from_be_bytes(b8),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -734,6 +788,47 @@ mod tests {
             Err(ProtoError::TrailingBytes(2))
         );
         assert!(parse_meta_context_request(&[]).is_err());
+    }
+
+    #[test]
+    fn client_side_codec_reads_what_the_server_side_writes() {
+        let opt = encode_option(OPT_GO, b"abc");
+        let mut h = [0u8; OPTION_HEADER_LEN];
+        h.copy_from_slice(&opt[..OPTION_HEADER_LEN]);
+        assert_eq!(
+            parse_option_header(&h),
+            Ok(OptionHeader {
+                option: OPT_GO,
+                len: 3
+            })
+        );
+        assert_eq!(&opt[OPTION_HEADER_LEN..], b"abc");
+        let mut out = Vec::new();
+        encode_option_reply(&mut out, OPT_GO, REP_ERR_UNKNOWN, b"xy");
+        let mut r = [0u8; OPTION_REPLY_HEADER_LEN];
+        r.copy_from_slice(&out[..OPTION_REPLY_HEADER_LEN]);
+        assert_eq!(
+            parse_option_reply(&r),
+            Ok(OptionReply {
+                option: OPT_GO,
+                reply_type: REP_ERR_UNKNOWN,
+                len: 2
+            })
+        );
+        r[0] ^= 1;
+        assert!(matches!(
+            parse_option_reply(&r),
+            Err(ProtoError::BadMagic(_))
+        ));
+        let s = encode_simple_reply(EIO, 77);
+        assert_eq!(parse_simple_reply(&s), Ok((EIO, 77)));
+        let st = encode_structured_header(0, REPLY_TYPE_NONE, 77, 0);
+        let mut st16 = [0u8; SIMPLE_REPLY_LEN];
+        st16.copy_from_slice(&st[..SIMPLE_REPLY_LEN]);
+        assert!(matches!(
+            parse_simple_reply(&st16),
+            Err(ProtoError::BadMagic(_))
+        ));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! a running daemon. It owns the volume as an NBD export ([`adapter`]),
 //! start-up and shutdown ([`service`]), the live state the side channels
 //! read ([`live`]), the control socket's server ([`control`]), the
-//! Prometheus exporter ([`metrics`]) and the trace recorder ([`recorder`]). Every listener, NBD's included, runs
+//! Prometheus exporter ([`metrics`]) the trace recorder ([`recorder`]) and the capacity tier on a remote NBD
+//! export ([`remote`]). Every listener, NBD's included, runs
 //! on the one accept loop of [`crate::listen`]. It may use every layer below
 //! it; nothing below imports it.
 
@@ -11,6 +12,7 @@ pub mod control;
 pub mod live;
 pub mod metrics;
 pub mod recorder;
+pub mod remote;
 pub mod service;
 pub mod settings;
 

@@ -99,10 +99,17 @@ pub fn open_devices(cfg: &Config) -> Result<Devices> {
 
 /// Open one device as the configuration says (O_DIRECT, a drive model).
 pub fn open_device(cfg: &Config, p: &Path, model: &Option<String>) -> Result<Arc<dyn BlockDevice>> {
-    let dev: Arc<dyn BlockDevice> = Arc::new(
-        FileDevice::open(p, cfg.direct_io)
-            .map_err(io_ctx(format!("opening device {}", p.display())))?,
-    );
+    let remote = p.to_str().filter(|s| crate::nbd::client::is_uri(s));
+    let dev: Arc<dyn BlockDevice> = match remote {
+        Some(uri) => Arc::new(
+            super::remote::RemoteDevice::connect(uri, cfg.remote_timeout)
+                .map_err(|e| ServiceError::Refused(format!("the remote capacity tier: {e}")))?,
+        ),
+        None => Arc::new(
+            FileDevice::open(p, cfg.direct_io)
+                .map_err(io_ctx(format!("opening device {}", p.display())))?,
+        ),
+    };
     // Validated on load; an unknown name here means no model.
     match model
         .as_deref()
@@ -131,6 +138,12 @@ pub fn replace_ssd(
 ) -> std::result::Result<String, String> {
     if same_file(path, &cfg.hdd_path()) {
         return Err(format!("{} is the HDD", path.display()));
+    }
+    if path.to_str().is_some_and(crate::nbd::client::is_uri) {
+        return Err(format!(
+            "{} is a remote NBD export: the SSD must be a local device",
+            path.display()
+        ));
     }
     let dev = open_device(cfg, path, &cfg.ssd_model).map_err(|e| e.to_string())?;
     live.volume

@@ -1,0 +1,950 @@
+//! A blocking, pipelined NBD client of one export: what tierd uses when its
+//! capacity tier is another NBD server (nbdkit with any plugin, qemu-nbd,
+//! rbd-nbd, another tierd). Any number of threads issue requests at once on
+//! one connection; a reader thread hands each reply to the thread waiting
+//! for it, so requests overlap as they would on a local disk's queue.
+//!
+//! When the connection is lost the next request connects again, with
+//! backoff between attempts, and first sends again every write acknowledged
+//! since the last completed FLUSH (the server may have lost those with its
+//! cache), so a FLUSH that succeeds covers every write before it, whichever
+//! connection took it. A request that cannot be answered within the
+//! timeout fails with `TimedOut`; none waits longer.
+//!
+//! It speaks fixed newstyle, `NBD_OPT_GO` and simple replies only; TLS to
+//! the remote is not implemented yet (`nbds://` is refused with that
+//! message).
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use tracing::{info, warn};
+
+use super::proto;
+
+/// The port NBD servers listen on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 10809;
+/// Largest request sent: bigger transfers are cut (servers commonly take
+/// 32 MiB at most).
+const MAX_REQUEST: u32 = 32 << 20;
+/// First pause after a failed connection attempt; it doubles up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Longest a single connection attempt (connect and handshake) may take.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest option reply read during the handshake.
+const MAX_OPTION_REPLY: u32 = 64 * 1024;
+
+/// Why the client could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The address is not an NBD URI this client understands.
+    #[error("{uri:?} is not an NBD URI this client understands: {why}")]
+    BadUri {
+        /// The address given.
+        uri: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Connecting, or talking during the handshake, failed.
+    #[error("cannot reach {target}: {source}")]
+    Io {
+        /// The server.
+        target: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The server broke the protocol.
+    #[error("{target} broke the NBD protocol: {what}")]
+    Protocol {
+        /// The server.
+        target: String,
+        /// How.
+        what: String,
+    },
+    /// The server refused the export.
+    #[error("{target} refused export {export:?}: {why}")]
+    Refused {
+        /// The server.
+        target: String,
+        /// The export asked for.
+        export: String,
+        /// Its reason.
+        why: String,
+    },
+}
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `host:port` over TCP.
+    Tcp(String),
+    /// A Unix socket.
+    Unix(PathBuf),
+}
+
+/// A server and the export on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Where it listens.
+    pub endpoint: Endpoint,
+    /// The export's name ("" for the default export).
+    pub export: String,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.endpoint {
+            Endpoint::Tcp(a) => write!(f, "nbd://{a}/{}", self.export),
+            Endpoint::Unix(p) => write!(f, "nbd+unix:///{}?socket={}", self.export, p.display()),
+        }
+    }
+}
+
+/// Whether `s` looks like an NBD URI rather than a path.
+pub fn is_uri(s: &str) -> bool {
+    s.starts_with("nbd://") || s.starts_with("nbd+unix://") || s.starts_with("nbds")
+}
+
+impl Target {
+    /// Parse an NBD URI (the common subset of the NBD URI standard):
+    /// `nbd://host[:port][/export]` or `nbd+unix:///[export]?socket=PATH`.
+    pub fn parse(uri: &str) -> Result<Target, ClientError> {
+        let bad = |why: &str| ClientError::BadUri {
+            uri: uri.to_string(),
+            why: why.to_string(),
+        };
+        if uri.starts_with("nbds") {
+            return Err(bad("TLS to a remote capacity tier is not supported yet; use nbd:// on a trusted network or a TLS tunnel"));
+        }
+        if let Some(rest) = uri.strip_prefix("nbd+unix://") {
+            let (path_part, query) = rest
+                .split_once('?')
+                .ok_or_else(|| bad("nbd+unix needs ?socket=PATH"))?;
+            let export = path_part.strip_prefix('/').unwrap_or(path_part).to_string();
+            let socket = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("socket="))
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| bad("nbd+unix needs ?socket=PATH"))?;
+            return Ok(Target {
+                endpoint: Endpoint::Unix(PathBuf::from(socket)),
+                export,
+            });
+        }
+        let rest = uri
+            .strip_prefix("nbd://")
+            .ok_or_else(|| bad("it must start with nbd:// or nbd+unix://"))?;
+        let (authority, export) = match rest.split_once('/') {
+            Some((a, e)) => (a, e.to_string()),
+            None => (rest, String::new()),
+        };
+        if authority.is_empty() {
+            return Err(bad("no host"));
+        }
+        // A port is the part after the last ':' outside an IPv6 literal.
+        let has_port = match authority.rfind(':') {
+            Some(i) => !authority[i..].contains(']'),
+            None => false,
+        };
+        let addr = if has_port {
+            let (_, port) = authority.rsplit_once(':').unwrap_or((authority, ""));
+            port.parse::<u16>()
+                .map_err(|_| bad("the port is not a number from 0 to 65535"))?;
+            authority.to_string()
+        } else {
+            format!("{authority}:{DEFAULT_PORT}")
+        };
+        Ok(Target {
+            endpoint: Endpoint::Tcp(addr),
+            export,
+        })
+    }
+}
+
+/// How the client behaves when the server is slow or away.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientOptions {
+    /// Longest a request waits, reconnecting included, before it fails.
+    pub timeout: Duration,
+    /// Bytes of writes kept for sending again after a lost connection
+    /// until a FLUSH covers them; past it a write flushes first.
+    pub max_unflushed: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            timeout: Duration::from_secs(30),
+            max_unflushed: 64 << 20,
+        }
+    }
+}
+
+/// A TCP or Unix stream.
+enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Sock> {
+        match endpoint {
+            Endpoint::Tcp(addr) => {
+                let mut last = io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the host name resolves to no address",
+                );
+                for a in addr.to_socket_addrs()? {
+                    match TcpStream::connect_timeout(&a, timeout) {
+                        Ok(s) => {
+                            s.set_nodelay(true)?;
+                            return Ok(Sock::Tcp(s));
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            }
+            Endpoint::Unix(p) => UnixStream::connect(p).map(Sock::Unix),
+        }
+    }
+
+    fn try_clone(&self) -> io::Result<Sock> {
+        match self {
+            Sock::Tcp(s) => s.try_clone().map(Sock::Tcp),
+            Sock::Unix(s) => s.try_clone().map(Sock::Unix),
+        }
+    }
+
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+            Sock::Unix(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+        }
+    }
+
+    fn shutdown(&self) {
+        // Already shut down or closed: nothing more to do.
+        let _ = match self {
+            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
+            Sock::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(buf),
+            Sock::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(buf),
+            Sock::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What the handshake learned.
+#[derive(Debug, Clone, Copy)]
+struct Export {
+    size: u64,
+    flags: u16,
+    max_request: u32,
+}
+
+fn protocol(target: &Target, what: impl Into<String>) -> ClientError {
+    ClientError::Protocol {
+        target: target.to_string(),
+        what: what.into(),
+    }
+}
+
+/// Connect and negotiate the export with `NBD_OPT_GO`.
+fn handshake(target: &Target, timeout: Duration) -> Result<(Sock, Export), ClientError> {
+    let io_err = |source| ClientError::Io {
+        target: target.to_string(),
+        source,
+    };
+    let mut s = Sock::connect(&target.endpoint, timeout).map_err(io_err)?;
+    s.set_timeouts(Some(timeout)).map_err(io_err)?;
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).map_err(io_err)?;
+    let magic = u64::from_be_bytes(greeting[0..8].try_into().unwrap_or_default());
+    let opt = u64::from_be_bytes(greeting[8..16].try_into().unwrap_or_default());
+    if magic != proto::NBDMAGIC || opt != proto::IHAVEOPT {
+        return Err(protocol(target, "not a newstyle NBD server (bad greeting)"));
+    }
+    let sflags = u16::from_be_bytes([greeting[16], greeting[17]]);
+    if sflags & proto::FLAG_FIXED_NEWSTYLE == 0 {
+        return Err(protocol(target, "the server does not speak fixed newstyle"));
+    }
+    let mut cflags = proto::FLAG_C_FIXED_NEWSTYLE;
+    if sflags & proto::FLAG_NO_ZEROES != 0 {
+        cflags |= proto::FLAG_C_NO_ZEROES;
+    }
+    s.write_all(&cflags.to_be_bytes()).map_err(io_err)?;
+    let mut go = Vec::with_capacity(8 + target.export.len());
+    go.extend_from_slice(&(target.export.len() as u32).to_be_bytes());
+    go.extend_from_slice(target.export.as_bytes());
+    go.extend_from_slice(&1u16.to_be_bytes());
+    go.extend_from_slice(&proto::INFO_BLOCK_SIZE.to_be_bytes());
+    s.write_all(&proto::encode_option(proto::OPT_GO, &go))
+        .map_err(io_err)?;
+    let mut export: Option<(u64, u16)> = None;
+    let mut max_request = MAX_REQUEST;
+    loop {
+        let mut h = [0u8; proto::OPTION_REPLY_HEADER_LEN];
+        s.read_exact(&mut h).map_err(io_err)?;
+        let r = proto::parse_option_reply(&h).map_err(|e| protocol(target, e.to_string()))?;
+        if r.option != proto::OPT_GO {
+            return Err(protocol(
+                target,
+                format!("reply to option {} while negotiating GO", r.option),
+            ));
+        }
+        if r.len > MAX_OPTION_REPLY {
+            return Err(protocol(target, format!("option reply of {} bytes", r.len)));
+        }
+        let mut data = vec![0u8; r.len as usize];
+        s.read_exact(&mut data).map_err(io_err)?;
+        match r.reply_type {
+            proto::REP_ACK => break,
+            proto::REP_INFO if data.len() >= 2 => {
+                let typ = u16::from_be_bytes([data[0], data[1]]);
+                if typ == proto::INFO_EXPORT && data.len() == 12 {
+                    let size = u64::from_be_bytes(data[2..10].try_into().unwrap_or_default());
+                    export = Some((size, u16::from_be_bytes([data[10], data[11]])));
+                } else if typ == proto::INFO_BLOCK_SIZE && data.len() == 14 {
+                    let max = u32::from_be_bytes(data[10..14].try_into().unwrap_or_default());
+                    if max > 0 {
+                        max_request = max_request.min(max);
+                    }
+                }
+            }
+            proto::REP_INFO => {}
+            t if t & proto::REP_FLAG_ERROR != 0 => {
+                let msg = String::from_utf8_lossy(&data).into_owned();
+                let why = match t {
+                    proto::REP_ERR_UNKNOWN => format!("no such export ({msg})"),
+                    proto::REP_ERR_TLS_REQD => format!(
+                        "the server requires TLS, which this client does not speak yet ({msg})"
+                    ),
+                    proto::REP_ERR_UNSUP => {
+                        format!("the server does not support NBD_OPT_GO ({msg})")
+                    }
+                    _ => format!("error {t:#x} ({msg})"),
+                };
+                return Err(ClientError::Refused {
+                    target: target.to_string(),
+                    export: target.export.clone(),
+                    why,
+                });
+            }
+            t => {
+                return Err(protocol(
+                    target,
+                    format!("unexpected option reply type {t}"),
+                ))
+            }
+        }
+    }
+    let (size, flags) =
+        export.ok_or_else(|| protocol(target, "GO ended without the export's size"))?;
+    s.set_timeouts(None).map_err(io_err)?;
+    Ok((
+        s,
+        Export {
+            size,
+            flags,
+            max_request: max_request.max(4096),
+        },
+    ))
+}
+
+/// How one request ended.
+enum Outcome {
+    /// The reply, with the data of a read.
+    Done(Vec<u8>),
+    /// The server's errno.
+    Errno(u32),
+    /// The connection died first; the request may be sent again.
+    Lost,
+}
+
+/// One request waiting for its reply.
+struct Slot {
+    /// Bytes of data the reply carries (reads).
+    len: usize,
+    done: Mutex<Option<Outcome>>,
+    cv: Condvar,
+}
+
+impl Slot {
+    fn finish(&self, o: Outcome) {
+        *self.done.lock() = Some(o);
+        self.cv.notify_one();
+    }
+}
+
+struct Pending {
+    slots: HashMap<u64, Arc<Slot>>,
+    dead: bool,
+}
+
+/// One live connection.
+struct Conn {
+    writer: Mutex<Sock>,
+    pending: Mutex<Pending>,
+    /// A clone to shut the socket down with, waking the reader.
+    ctl: Sock,
+}
+
+enum CallError {
+    Errno(u32),
+    Lost,
+    Timeout,
+}
+
+impl Conn {
+    fn is_dead(&self) -> bool {
+        self.pending.lock().dead
+    }
+
+    /// Fail every waiting request as lost and close the socket.
+    fn kill(&self, why: &str) {
+        let slots = {
+            let mut p = self.pending.lock();
+            if p.dead {
+                return;
+            }
+            p.dead = true;
+            std::mem::take(&mut p.slots)
+        };
+        warn!(
+            why,
+            in_flight = slots.len(),
+            "connection to the remote capacity tier lost"
+        );
+        self.ctl.shutdown();
+        for s in slots.into_values() {
+            s.finish(Outcome::Lost);
+        }
+    }
+
+    /// The reader thread: hand each reply to its request until the
+    /// connection fails.
+    fn read_replies(self: Arc<Self>, mut sock: Sock) {
+        let why = loop {
+            let mut h = [0u8; proto::SIMPLE_REPLY_LEN];
+            if let Err(e) = sock.read_exact(&mut h) {
+                break format!("reading a reply: {e}");
+            }
+            let (errno, cookie) = match proto::parse_simple_reply(&h) {
+                Ok(r) => r,
+                Err(e) => break format!("bad reply: {e}"),
+            };
+            let slot = self.pending.lock().slots.remove(&cookie);
+            let Some(slot) = slot else {
+                break format!("reply to unknown request {cookie:#x}");
+            };
+            if errno != 0 {
+                slot.finish(Outcome::Errno(errno));
+                continue;
+            }
+            let mut data = vec![0u8; slot.len];
+            if let Err(e) = sock.read_exact(&mut data) {
+                slot.finish(Outcome::Lost);
+                break format!("reading reply data: {e}");
+            }
+            slot.finish(Outcome::Done(data));
+        };
+        self.kill(&why);
+    }
+
+    /// Send one request and wait for its reply until `deadline`.
+    fn call(
+        &self,
+        req: &proto::Request,
+        payload: Option<&[u8]>,
+        deadline: Instant,
+    ) -> Result<Vec<u8>, CallError> {
+        let slot = Arc::new(Slot {
+            len: if req.typ == proto::CMD_READ {
+                req.length as usize
+            } else {
+                0
+            },
+            done: Mutex::new(None),
+            cv: Condvar::new(),
+        });
+        {
+            let mut p = self.pending.lock();
+            if p.dead {
+                return Err(CallError::Lost);
+            }
+            p.slots.insert(req.cookie, slot.clone());
+        }
+        let sent = {
+            let mut w = self.writer.lock();
+            w.write_all(&proto::encode_request(req))
+                .and_then(|()| payload.map_or(Ok(()), |d| w.write_all(d)))
+        };
+        if let Err(e) = sent {
+            self.kill(&format!("sending a request: {e}"));
+            return Err(CallError::Lost);
+        }
+        let mut done = slot.done.lock();
+        while done.is_none() {
+            if slot.cv.wait_until(&mut done, deadline).timed_out() && done.is_none() {
+                drop(done);
+                self.kill("a request got no reply within the timeout");
+                return Err(CallError::Timeout);
+            }
+        }
+        match done.take() {
+            Some(Outcome::Done(d)) => Ok(d),
+            // The server is going away (nbdkit answers so after SIGTERM
+            // while it waits for clients to leave): leave, and try again
+            // on the next connection.
+            Some(Outcome::Errno(proto::ESHUTDOWN)) => {
+                drop(done);
+                self.kill("the server is shutting down (ESHUTDOWN)");
+                Err(CallError::Lost)
+            }
+            Some(Outcome::Errno(e)) => Err(CallError::Errno(e)),
+            Some(Outcome::Lost) | None => Err(CallError::Lost),
+        }
+    }
+}
+
+/// The current connection and the reconnection state.
+struct Link {
+    current: Option<Arc<Conn>>,
+    next_try: Instant,
+    backoff: Duration,
+    last_error: String,
+    lost_since: Option<Instant>,
+}
+
+/// Writes acknowledged since the last completed FLUSH, to send again on a
+/// new connection.
+#[derive(Default)]
+struct Unflushed {
+    writes: Vec<(u64, u64, Arc<[u8]>)>,
+    bytes: usize,
+    next_seq: u64,
+}
+
+/// A pipelined NBD client of one export (see the module docs).
+pub struct Client {
+    target: Target,
+    opts: ClientOptions,
+    export: Export,
+    link: Mutex<Link>,
+    cookie: AtomicU64,
+    unflushed: Mutex<Unflushed>,
+    /// Held by a FLUSH from before its request to the removal of what it
+    /// covers, so two flushes do not interleave.
+    flushing: Mutex<()>,
+}
+
+fn errno_error(target: &Target, errno: u32, what: &str) -> io::Error {
+    let kind = match errno {
+        proto::EPERM => io::ErrorKind::PermissionDenied,
+        proto::EINVAL | proto::EOVERFLOW => io::ErrorKind::InvalidInput,
+        proto::ENOSPC => io::ErrorKind::StorageFull,
+        proto::ENOTSUP => io::ErrorKind::Unsupported,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(
+        kind,
+        format!("{target}: {what} failed on the server (errno {errno})"),
+    )
+}
+
+impl Client {
+    /// Connect to `target` and negotiate its export. A server that cannot
+    /// be reached now is an error (not retried): the start-up should say so.
+    pub fn connect(target: Target, opts: ClientOptions) -> Result<Client, ClientError> {
+        let (sock, export) = handshake(&target, ATTEMPT_TIMEOUT.min(opts.timeout))?;
+        let conn = Self::start_conn(&target, sock)?;
+        info!(remote = %target, size = export.size, flags = format!("{:#x}", export.flags), "connected to the remote capacity tier");
+        Ok(Client {
+            target,
+            opts,
+            export,
+            link: Mutex::new(Link {
+                current: Some(conn),
+                next_try: Instant::now(),
+                backoff: FIRST_BACKOFF,
+                last_error: String::new(),
+                lost_since: None,
+            }),
+            cookie: AtomicU64::new(1),
+            unflushed: Mutex::new(Unflushed::default()),
+            flushing: Mutex::new(()),
+        })
+    }
+
+    fn start_conn(target: &Target, sock: Sock) -> Result<Arc<Conn>, ClientError> {
+        let io_err = |source| ClientError::Io {
+            target: target.to_string(),
+            source,
+        };
+        let reader = sock.try_clone().map_err(io_err)?;
+        let ctl = sock.try_clone().map_err(io_err)?;
+        let conn = Arc::new(Conn {
+            writer: Mutex::new(sock),
+            pending: Mutex::new(Pending {
+                slots: HashMap::new(),
+                dead: false,
+            }),
+            ctl,
+        });
+        let c = conn.clone();
+        std::thread::Builder::new()
+            .name("tierd-remote".into())
+            .spawn(move || c.read_replies(reader))
+            .map_err(io_err)?;
+        Ok(conn)
+    }
+
+    /// The export's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.export.size
+    }
+
+    /// The export's transmission flags (`FLAG_*`).
+    pub fn flags(&self) -> u16 {
+        self.export.flags
+    }
+
+    /// The server and export.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Whether a connection is up now (no request is sent to find out).
+    pub fn connected(&self) -> bool {
+        self.link
+            .lock()
+            .current
+            .as_ref()
+            .is_some_and(|c| !c.is_dead())
+    }
+
+    fn unreachable(&self, link: &Link) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "the remote capacity tier {} did not answer within {:?}: {}",
+                self.target,
+                self.opts.timeout,
+                if link.last_error.is_empty() {
+                    "no reply"
+                } else {
+                    &link.last_error
+                }
+            ),
+        )
+    }
+
+    /// The live connection, connecting again (with backoff) until
+    /// `deadline` when it was lost.
+    fn conn(&self, deadline: Instant) -> io::Result<Arc<Conn>> {
+        loop {
+            let mut link = self.link.lock();
+            if let Some(c) = &link.current {
+                if !c.is_dead() {
+                    return Ok(c.clone());
+                }
+                link.current = None;
+                link.lost_since.get_or_insert_with(Instant::now);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(self.unreachable(&link));
+            }
+            if now < link.next_try {
+                let wake = link.next_try.min(deadline);
+                drop(link);
+                std::thread::sleep(wake - now);
+                continue;
+            }
+            let attempt = ATTEMPT_TIMEOUT.min(deadline - now);
+            match self.reconnect(attempt, deadline) {
+                Ok(c) => {
+                    let down = link.lost_since.take().map(|t| t.elapsed());
+                    info!(remote = %self.target, down_for = ?down, "reconnected to the remote capacity tier");
+                    link.current = Some(c.clone());
+                    link.backoff = FIRST_BACKOFF;
+                    link.last_error.clear();
+                    return Ok(c);
+                }
+                Err(e) => {
+                    warn!(remote = %self.target, error = %e, retry_in = ?link.backoff, "cannot reconnect to the remote capacity tier");
+                    link.last_error = e;
+                    link.next_try = Instant::now() + link.backoff;
+                    link.backoff = (link.backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+
+    /// A new connection with the unflushed writes sent again on it.
+    fn reconnect(&self, attempt: Duration, deadline: Instant) -> Result<Arc<Conn>, String> {
+        let (sock, export) = handshake(&self.target, attempt).map_err(|e| e.to_string())?;
+        if export.size != self.export.size {
+            return Err(format!(
+                "the export's size changed from {} to {} bytes",
+                self.export.size, export.size
+            ));
+        }
+        let conn = Self::start_conn(&self.target, sock).map_err(|e| e.to_string())?;
+        let writes: Vec<(u64, Arc<[u8]>)> = self
+            .unflushed
+            .lock()
+            .writes
+            .iter()
+            .map(|(_, off, d)| (*off, d.clone()))
+            .collect();
+        for (off, data) in &writes {
+            for (o, piece) in self.pieces(*off, data.len()) {
+                let start = (o - off) as usize;
+                let req = self.request(proto::CMD_WRITE, o, piece);
+                let chunk = &data[start..start + piece as usize];
+                match conn.call(&req, Some(chunk), deadline) {
+                    Ok(_) => {}
+                    Err(CallError::Errno(e)) => {
+                        return Err(format!(
+                            "sending an unflushed write again failed on the server (errno {e})"
+                        ))
+                    }
+                    Err(_) => {
+                        return Err(
+                            "the new connection failed while unflushed writes were sent again"
+                                .into(),
+                        )
+                    }
+                }
+            }
+        }
+        if !writes.is_empty() {
+            info!(remote = %self.target, writes = writes.len(), "sent the unflushed writes again after reconnecting");
+        }
+        Ok(conn)
+    }
+
+    fn request(&self, typ: u16, offset: u64, length: u32) -> proto::Request {
+        proto::Request {
+            flags: 0,
+            typ,
+            cookie: self.cookie.fetch_add(1, Ordering::Relaxed),
+            offset,
+            length,
+        }
+    }
+
+    /// `[offset, offset+len)` cut into requests the server takes.
+    fn pieces(&self, offset: u64, len: usize) -> impl Iterator<Item = (u64, u32)> {
+        let max = u64::from(self.export.max_request);
+        let end = offset + len as u64;
+        let mut at = offset;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let n = (end - at).min(max);
+                let r = (at, n as u32);
+                at += n;
+                r
+            })
+        })
+    }
+
+    /// Send one request, reconnecting as needed, until the deadline.
+    fn call(
+        &self,
+        typ: u16,
+        offset: u64,
+        length: u32,
+        payload: Option<&[u8]>,
+        what: &str,
+    ) -> io::Result<Vec<u8>> {
+        let deadline = Instant::now() + self.opts.timeout;
+        loop {
+            let conn = self.conn(deadline)?;
+            let req = self.request(typ, offset, length);
+            match conn.call(&req, payload, deadline) {
+                Ok(d) => return Ok(d),
+                Err(CallError::Errno(e)) => return Err(errno_error(&self.target, e, what)),
+                Err(CallError::Lost) => continue,
+                Err(CallError::Timeout) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "{}: {what} got no reply within {:?}",
+                            self.target, self.opts.timeout
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+
+    fn check(&self, offset: u64, len: usize) -> io::Result<()> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.export.size => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "I/O at {offset}+{len} past the end of {} ({} bytes)",
+                    self.target, self.export.size
+                ),
+            )),
+        }
+    }
+
+    /// Read `buf.len()` bytes at `offset`.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check(offset, buf.len())?;
+        for (o, n) in self.pieces(offset, buf.len()) {
+            let data = self.call(proto::CMD_READ, o, n, None, "a read")?;
+            let start = (o - offset) as usize;
+            buf[start..start + n as usize].copy_from_slice(&data);
+        }
+        Ok(())
+    }
+
+    /// Write `buf` at `offset`; durable after the next [`flush`](Self::flush).
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check(offset, buf.len())?;
+        if self.export.flags & proto::FLAG_READ_ONLY != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{} is read-only", self.target),
+            ));
+        }
+        for (o, n) in self.pieces(offset, buf.len()) {
+            let start = (o - offset) as usize;
+            self.call(
+                proto::CMD_WRITE,
+                o,
+                n,
+                Some(&buf[start..start + n as usize]),
+                "a write",
+            )?;
+        }
+        if self.export.flags & proto::FLAG_SEND_FLUSH == 0 {
+            return Ok(());
+        }
+        let over = {
+            let mut u = self.unflushed.lock();
+            let seq = u.next_seq;
+            u.next_seq += 1;
+            u.writes.push((seq, offset, Arc::from(buf)));
+            u.bytes += buf.len();
+            u.bytes > self.opts.max_unflushed
+        };
+        if over {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Make every write before it durable on the server (`NBD_CMD_FLUSH`);
+    /// without a write since the last flush it sends nothing.
+    pub fn flush(&self) -> io::Result<()> {
+        if self.export.flags & proto::FLAG_SEND_FLUSH == 0 {
+            return Ok(());
+        }
+        let _one = self.flushing.lock();
+        let upto = {
+            let u = self.unflushed.lock();
+            if u.writes.is_empty() {
+                return Ok(());
+            }
+            u.next_seq
+        };
+        self.call(proto::CMD_FLUSH, 0, 0, None, "a flush")?;
+        let mut u = self.unflushed.lock();
+        let before = std::mem::take(&mut u.writes);
+        u.writes = before
+            .into_iter()
+            .filter(|(seq, _, _)| *seq >= upto)
+            .collect();
+        u.bytes = u.writes.iter().map(|(_, _, d)| d.len()).sum();
+        Ok(())
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if let Some(c) = self.link.lock().current.take() {
+            // A polite disconnect; the reader thread ends when the socket closes.
+            let req = self.request(proto::CMD_DISC, 0, 0);
+            let _ = c.writer.lock().write_all(&proto::encode_request(&req));
+            c.ctl.shutdown();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris() {
+        let t = Target::parse("nbd://example.com/disk").expect("parses");
+        assert_eq!(t.endpoint, Endpoint::Tcp("example.com:10809".into()));
+        assert_eq!(t.export, "disk");
+        let t = Target::parse("nbd://127.0.0.1:10900").expect("parses");
+        assert_eq!(t.endpoint, Endpoint::Tcp("127.0.0.1:10900".into()));
+        assert_eq!(t.export, "");
+        let t = Target::parse("nbd://[::1]:10900/x").expect("parses");
+        assert_eq!(t.endpoint, Endpoint::Tcp("[::1]:10900".into()));
+        let t = Target::parse("nbd://[::1]/x").expect("parses");
+        assert_eq!(t.endpoint, Endpoint::Tcp("[::1]:10809".into()));
+        let t = Target::parse("nbd+unix:///e?socket=/run/s.sock").expect("parses");
+        assert_eq!(t.endpoint, Endpoint::Unix("/run/s.sock".into()));
+        assert_eq!(t.export, "e");
+        for bad in [
+            "nbd://",
+            "nbd://h:port/x",
+            "nbd+unix:///e",
+            "http://x",
+            "nbds://h/x",
+        ] {
+            let e = Target::parse(bad).expect_err(bad).to_string();
+            assert!(e.contains(bad), "{e}");
+        }
+        assert!(Target::parse("nbds://h/x")
+            .expect_err("tls")
+            .to_string()
+            .contains("TLS"));
+        assert!(is_uri("nbd://h") && is_uri("nbd+unix:///?socket=s") && !is_uri("/dev/sdb"));
+    }
+}
