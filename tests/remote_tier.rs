@@ -1,0 +1,313 @@
+//! The capacity tier on a remote NBD export (`hdd = nbd://…`), through a
+//! real `tierd serve` process with its HDD tier on nbdkit (file plugin) on
+//! 127.0.0.1, driven by qemu-io: data on both tiers survives a kill -9 of
+//! the daemon and reaches the remote's file; while the remote is away, stalls
+//! (nbdkit's pause filter) or fails reads (its error filter), data on the SSD
+//! keeps being served, requests that need the remote fail with EIO within
+//! `remote-timeout` and never hang, nothing is lost, and everything works
+//! again when the remote comes back.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const MIB: u64 = 1 << 20;
+/// Pinned to the SSD.
+const SSD_AT: u64 = 0;
+/// Pinned to the HDD (the remote).
+const HDD_AT: u64 = 100 * MIB;
+const LEN: u64 = 8 * MIB;
+
+/// nbdkit serving a file on 127.0.0.1 with some filters.
+struct Nbdkit {
+    port: u16,
+    file: PathBuf,
+    filters: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Nbdkit {
+    fn start(file: &Path, filters: &[String]) -> Nbdkit {
+        let mut n = Nbdkit {
+            port: free_port(),
+            file: file.to_path_buf(),
+            filters: filters.to_vec(),
+            child: None,
+        };
+        n.spawn();
+        n
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(require("nbdkit"));
+        cmd.args(["--foreground", "--exit-with-parent", "-i", "127.0.0.1"])
+            .arg("-p")
+            .arg(self.port.to_string());
+        let (filters, params): (Vec<_>, Vec<_>) = self
+            .filters
+            .iter()
+            .partition(|f| f.starts_with("--filter="));
+        cmd.args(filters)
+            .arg("file")
+            .arg(&self.file)
+            .args(params)
+            .stdin(Stdio::null());
+        let what = describe(&cmd);
+        self.child = Some(cmd.spawn().unwrap_or_else(|e| panic!("{what}: {e}")));
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            }),
+            "{what} did not listen"
+        );
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd://127.0.0.1:{}", self.port)
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A formatted volume whose HDD tier is `remote`, served by tierd.
+fn daemon_on(remote: &Nbdkit, dir: &Path, timeout: &str) -> Daemon {
+    let ssd = dir.join("ssd.img");
+    sparse_file(&ssd, 64 * MIB);
+    let meta = dir.join("meta");
+    let args = [
+        "--ssd".to_string(),
+        ssd.display().to_string(),
+        "--hdd".into(),
+        remote.uri(),
+        "--meta-dir".into(),
+        meta.display().to_string(),
+    ];
+    run_ok(
+        Command::new(tierd_bin())
+            .args(["format", "--extent-size", "1MiB", "--reserve", "16MiB"])
+            .args(&args)
+            .env_remove("RUST_LOG"),
+    );
+    let mut opts = DaemonOptions::small();
+    opts.extra_args = args.to_vec();
+    opts.extra_args
+        .extend(["--remote-timeout".into(), timeout.into()]);
+    let d = Daemon::start_with(opts);
+    let control = d.data_dir().join("control.sock");
+    for (range, tier) in [("0+8MiB", "ssd"), ("100MiB+8MiB", "hdd")] {
+        run_ok(
+            Command::new(tierctl_bin())
+                .arg("--control")
+                .arg(&control)
+                .args(["pin", "--tier", tier, range]),
+        );
+    }
+    d
+}
+
+/// Run qemu-io commands on the daemon's export; `Err` carries the output
+/// when a command failed.
+fn qemu_io(d: &Daemon, cmds: &[String]) -> Result<String, String> {
+    let mut cmd = tool("qemu-io");
+    cmd.args(["-f", "raw"]);
+    for c in cmds {
+        cmd.arg("-c").arg(c);
+    }
+    cmd.arg(d.uri());
+    let out = run_timeout(&mut cmd, Duration::from_secs(60));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() && !text.contains("failed") {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
+
+fn write(d: &Daemon, at: u64, p: u8) {
+    qemu_io(d, &[format!("write -P {p} {at} {LEN}"), "flush".into()])
+        .unwrap_or_else(|e| panic!("write at {at}: {e}\n{}", d.log()));
+}
+
+fn check(d: &Daemon, at: u64, p: u8) -> Result<String, String> {
+    qemu_io(d, &[format!("read -P {p} {at} {LEN}")])
+}
+
+fn placement_of(d: &Daemon, at: u64) -> String {
+    let out = run_ok(
+        Command::new(tierctl_bin())
+            .arg("--control")
+            .arg(d.data_dir().join("control.sock"))
+            .args(["placement", "--json", &format!("{at}+{LEN}")]),
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).expect("placement JSON");
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 1, "{out}");
+    runs[0]["where"].as_str().expect("where").to_string()
+}
+
+fn remote_has(file: &Path, byte: u8) -> bool {
+    let mut f = std::fs::File::open(file).expect("remote image");
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).expect("read remote image");
+        if n == 0 {
+            return false;
+        }
+        if buf[..n]
+            .windows(4096)
+            .step_by(4096)
+            .any(|w| w.iter().all(|&b| b == byte))
+        {
+            return true;
+        }
+    }
+}
+
+#[test]
+fn data_on_both_tiers_survives_kill9_and_lives_on_the_remote() {
+    let dir = tempdir();
+    let hdd = dir.path().join("remote.img");
+    sparse_file(&hdd, 256 * MIB);
+    let remote = Nbdkit::start(&hdd, &[]);
+    let mut d = daemon_on(&remote, dir.path(), "10s");
+    write(&d, SSD_AT, 0x11);
+    write(&d, HDD_AT, 0x22);
+    assert_eq!(placement_of(&d, SSD_AT), "ssd");
+    assert_eq!(placement_of(&d, HDD_AT), "hdd");
+    d.kill9();
+    d.restart();
+    check(&d, SSD_AT, 0x11).expect("SSD data after kill -9");
+    check(&d, HDD_AT, 0x22).expect("remote data after kill -9");
+    assert!(
+        remote_has(&hdd, 0x22),
+        "the HDD tier's data is in nbdkit's file"
+    );
+    assert!(!remote_has(&hdd, 0x11), "the SSD's data is not");
+}
+
+#[test]
+fn while_the_remote_is_away_ssd_data_is_served_and_remote_reads_fail_in_time() {
+    let dir = tempdir();
+    let hdd = dir.path().join("remote.img");
+    sparse_file(&hdd, 256 * MIB);
+    let mut remote = Nbdkit::start(&hdd, &[]);
+    let mut d = daemon_on(&remote, dir.path(), "2s");
+    write(&d, SSD_AT, 0x31);
+    write(&d, HDD_AT, 0x32);
+    remote.kill();
+
+    check(&d, SSD_AT, 0x31).expect("SSD data while the remote is away");
+    // A write to SSD data, and its flush, need nothing of the remote.
+    write(&d, SSD_AT, 0x33);
+    let t = Instant::now();
+    let e = check(&d, HDD_AT, 0x32).expect_err("remote data while the remote is away");
+    let took = t.elapsed();
+    assert!(e.contains("Input/output error"), "{e}");
+    assert!(
+        took < Duration::from_secs(30),
+        "failed after {took:?} (remote-timeout 2s)"
+    );
+    assert!(
+        d.log().contains("remote capacity tier"),
+        "the log names the remote:\n{}",
+        d.log()
+    );
+
+    remote.spawn();
+    check(&d, HDD_AT, 0x32).expect("remote data once it is back");
+    check(&d, SSD_AT, 0x33).expect("SSD data");
+    assert!(d.is_running());
+    d.terminate();
+    d.restart();
+    check(&d, HDD_AT, 0x32).expect("remote data after a restart");
+    check(&d, SSD_AT, 0x33).expect("SSD data after a restart");
+}
+
+#[test]
+fn a_stalled_remote_fails_requests_in_time_and_loses_nothing() {
+    let dir = tempdir();
+    let hdd = dir.path().join("remote.img");
+    sparse_file(&hdd, 256 * MIB);
+    let sock = dir.path().join("pause.sock");
+    let remote = Nbdkit::start(
+        &hdd,
+        &[
+            "--filter=pause".into(),
+            format!("pause-control={}", sock.display()),
+        ],
+    );
+    let d = daemon_on(&remote, dir.path(), "2s");
+    write(&d, SSD_AT, 0x41);
+    write(&d, HDD_AT, 0x42);
+    let control = |c: u8| {
+        let mut s = UnixStream::connect(&sock).expect("pause control");
+        s.write_all(&[c]).expect("send");
+        let mut r = [0u8; 1];
+        s.read_exact(&mut r).expect("echo");
+        assert_eq!(r[0], c.to_ascii_uppercase());
+    };
+    control(b'p');
+    check(&d, SSD_AT, 0x41).expect("SSD data while the remote stalls");
+    let t = Instant::now();
+    let e = check(&d, HDD_AT, 0x42).expect_err("remote data while it stalls");
+    assert!(e.contains("Input/output error"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    control(b'r');
+    assert!(
+        wait_until(Duration::from_secs(30), || check(&d, HDD_AT, 0x42).is_ok()),
+        "remote data readable after the stall:\n{}",
+        d.log()
+    );
+    check(&d, SSD_AT, 0x41).expect("SSD data");
+}
+
+#[test]
+fn remote_read_errors_are_eio_and_lose_nothing() {
+    let dir = tempdir();
+    let hdd = dir.path().join("remote.img");
+    sparse_file(&hdd, 256 * MIB);
+    let trigger = dir.path().join("fail");
+    let remote = Nbdkit::start(
+        &hdd,
+        &[
+            "--filter=error".into(),
+            "error-pread=EIO".into(),
+            "error-pread-rate=100%".into(),
+            format!("error-pread-file={}", trigger.display()),
+        ],
+    );
+    let d = daemon_on(&remote, dir.path(), "5s");
+    write(&d, HDD_AT, 0x52);
+    std::fs::write(&trigger, b"").expect("trigger");
+    let t = Instant::now();
+    let e = check(&d, HDD_AT, 0x52).expect_err("the remote fails reads");
+    assert!(e.contains("Input/output error"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    // Writes still work (into the SSD write log or the remote).
+    write(&d, HDD_AT + LEN, 0x53);
+    std::fs::remove_file(&trigger).expect("untrigger");
+    check(&d, HDD_AT, 0x52).expect("remote data once reads work again");
+    qemu_io(&d, &[format!("read -P 0x53 {} {LEN}", HDD_AT + LEN)])
+        .expect("the write made meanwhile");
+}
