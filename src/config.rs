@@ -444,18 +444,14 @@ impl Config {
             ("hdd-model", &self.hdd_model, false),
         ] {
             if let Some(name) = v {
-                let ok = crate::device::model::ModelKind::parse(name)
-                    .is_some_and(|m| m.name().starts_with("ssd") == ssd);
+                let ok =
+                    crate::device::model::ModelKind::parse(name).is_some_and(|m| m.is_ssd() == ssd);
                 if !ok {
                     return Err(InvalidKey::new(
                         key,
                         format!(
                             "{name:?}: use {}",
-                            if ssd {
-                                "ssd-sata or ssd-nvme"
-                            } else {
-                                "hdd-5400 or hdd-7200"
-                            }
+                            crate::device::model::ModelKind::names(ssd)
                         ),
                     ));
                 }

@@ -28,7 +28,7 @@ pub struct BenchArgs {
     /// SSD model: ssd-sata or ssd-nvme.
     #[arg(long, default_value = "ssd-sata", value_name = "MODEL")]
     ssd_model: String,
-    /// HDD model: hdd-5400 or hdd-7200.
+    /// HDD model: hdd-5400, hdd-7200, or remote-1ms (a capacity tier 1 ms away).
     #[arg(long, default_value = "hdd-5400", value_name = "MODEL")]
     hdd_model: String,
     /// SSD size (modelled devices).
@@ -81,9 +81,13 @@ pub struct BenchArgs {
 
 fn model(name: &str, want_ssd: bool) -> anyhow::Result<ModelKind> {
     let m = ModelKind::parse(name).with_context(|| {
-        format!("unknown device model {name:?}: use ssd-sata, ssd-nvme, hdd-5400 or hdd-7200")
+        format!(
+            "unknown device model {name:?}: use {} for the SSD, {} for the HDD",
+            ModelKind::names(true),
+            ModelKind::names(false)
+        )
     })?;
-    if m.name().starts_with("ssd") != want_ssd {
+    if m.is_ssd() != want_ssd {
         bail!(
             "{name} is not a{} model",
             if want_ssd { "n SSD" } else { "n HDD" }

@@ -95,7 +95,7 @@ const FLAGS: &[Flag] = {
         flag(
             "hdd-model",
             Value("MODEL"),
-            "Time the HDD like a modelled drive: hdd-5400 or hdd-7200",
+            "Time the HDD like a modelled drive: hdd-5400 or hdd-7200, or like a remote tier 1 ms away: remote-1ms",
         ),
         flag(
             "read-only",

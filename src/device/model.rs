@@ -25,6 +25,9 @@
 //!   parallel and a shared link, so IOPS grows with queue depth; an optional
 //!   write buffer that absorbs writes and, once full, exposes the program
 //!   speed (the write cliff).
+//! - [`RemoteModel`]: a capacity tier on another machine: a round trip per
+//!   request, the server's own service time (requests overlap there), and
+//!   the bandwidth of the link each way, shared in order of arrival.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -560,6 +563,75 @@ impl TimingModel for SsdModel {
     }
 }
 
+/// Parameters of a remote capacity tier (an NBD export, a RADOS pool).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct RemoteParams {
+    /// Model name.
+    pub name: &'static str,
+    /// Network round trip, seconds.
+    pub rtt: f64,
+    /// The server's time per request once it arrives, seconds (requests
+    /// overlap there without limit).
+    pub service: f64,
+    /// Bandwidth of the link each way, bytes/s.
+    pub bandwidth: f64,
+}
+
+impl RemoteParams {
+    /// A network disk 1 ms away (round trip) on 10 Gbit/s, served from
+    /// flash or cache at the far end (0.1 ms per request).
+    pub const REMOTE_1MS: RemoteParams = RemoteParams {
+        name: "remote-1ms",
+        rtt: 0.001,
+        service: 0.0001,
+        bandwidth: 1.25e9,
+    };
+}
+
+/// A capacity tier reached over a network.
+pub struct RemoteModel {
+    p: RemoteParams,
+    /// When the link towards the server is free again.
+    up: Duration,
+    /// When the link back is free again.
+    down: Duration,
+}
+
+impl RemoteModel {
+    /// A remote with parameters `p`.
+    pub fn new(p: RemoteParams) -> Self {
+        RemoteModel {
+            p,
+            up: Duration::ZERO,
+            down: Duration::ZERO,
+        }
+    }
+}
+
+impl TimingModel for RemoteModel {
+    fn submit(&mut self, kind: OpKind, _offset: u64, len: u64, now: Duration) -> Duration {
+        let half = secs(self.p.rtt / 2.0);
+        let service = secs(self.p.service);
+        let wire = secs(len as f64 / self.p.bandwidth);
+        match kind {
+            OpKind::Read => {
+                let ready = now + half + service;
+                self.down = self.down.max(ready) + wire;
+                self.down + half
+            }
+            OpKind::Write => {
+                self.up = self.up.max(now) + wire;
+                self.up + half + service + half
+            }
+            OpKind::Flush => now + half + service + half,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        self.p.name
+    }
+}
+
 /// The models selectable by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -572,16 +644,40 @@ pub enum ModelKind {
     SsdSata,
     /// NVMe SSD.
     SsdNvme,
+    /// A remote capacity tier 1 ms away.
+    Remote1ms,
 }
 
 impl ModelKind {
     /// All models.
-    pub const ALL: [ModelKind; 4] = [
+    pub const ALL: [ModelKind; 5] = [
         ModelKind::Hdd5400,
         ModelKind::Hdd7200,
         ModelKind::SsdSata,
         ModelKind::SsdNvme,
+        ModelKind::Remote1ms,
     ];
+
+    /// Whether it models a fast tier (else a capacity tier: a disk or a
+    /// remote).
+    pub fn is_ssd(self) -> bool {
+        matches!(self, ModelKind::SsdSata | ModelKind::SsdNvme)
+    }
+
+    /// The names of the fast-tier or the capacity-tier models, for
+    /// messages: "ssd-sata or ssd-nvme".
+    pub fn names(ssd: bool) -> String {
+        let names: Vec<&str> = Self::ALL
+            .into_iter()
+            .filter(|m| m.is_ssd() == ssd)
+            .map(ModelKind::name)
+            .collect();
+        match names.split_last() {
+            Some((last, [])) => (*last).to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        }
+    }
 
     /// Parse a model name.
     pub fn parse(s: &str) -> Option<Self> {
@@ -595,6 +691,7 @@ impl ModelKind {
             ModelKind::Hdd7200 => "hdd-7200",
             ModelKind::SsdSata => "ssd-sata",
             ModelKind::SsdNvme => "ssd-nvme",
+            ModelKind::Remote1ms => "remote-1ms",
         }
     }
 
@@ -605,6 +702,7 @@ impl ModelKind {
             ModelKind::Hdd7200 => Box::new(HddModel::new(HddParams::HDD_7200, capacity)),
             ModelKind::SsdSata => Box::new(SsdModel::new(SsdParams::SSD_SATA)),
             ModelKind::SsdNvme => Box::new(SsdModel::new(SsdParams::SSD_NVME)),
+            ModelKind::Remote1ms => Box::new(RemoteModel::new(RemoteParams::REMOTE_1MS)),
         }
     }
 }
@@ -833,5 +931,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn remote_pays_a_round_trip_per_request_and_shares_its_bandwidth() {
+        let mut m = ModelKind::Remote1ms.build(TB);
+        // QD 1, 4 KiB: a round trip and the service, about 1.1 ms.
+        let t = closed_loop(m.as_mut(), 1, 1000, |_, k| (OpKind::Read, k * 4096, 4096));
+        let iops = 1000.0 / t.as_secs_f64();
+        assert!((850.0..950.0).contains(&iops), "QD 1: {iops}");
+        // Requests overlap at the server: QD 32 is ~32x QD 1.
+        let mut m = ModelKind::Remote1ms.build(TB);
+        let t = closed_loop(m.as_mut(), 32, 32_000, |_, k| {
+            (OpKind::Read, k * 4096, 4096)
+        });
+        let iops32 = 32_000.0 / t.as_secs_f64();
+        assert!(iops32 > 25.0 * iops, "QD 32: {iops32}");
+        // Large transfers are held to the link's bandwidth.
+        let mut m = ModelKind::Remote1ms.build(TB);
+        let t = closed_loop(m.as_mut(), 16, 2000, |_, k| {
+            (OpKind::Write, k << 20, 1 << 20)
+        });
+        let bw = 2000.0 * f64::from(1u32 << 20) / t.as_secs_f64();
+        assert!((1.0e9..1.26e9).contains(&bw), "bandwidth {bw}");
+        assert!(!ModelKind::Remote1ms.is_ssd() && ModelKind::SsdSata.is_ssd());
+        assert_eq!(ModelKind::names(true), "ssd-sata or ssd-nvme");
+        assert_eq!(ModelKind::names(false), "hdd-5400, hdd-7200 or remote-1ms");
     }
 }
