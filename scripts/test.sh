@@ -78,4 +78,8 @@ start=$(date +%s)
 cargo test --workspace --no-fail-fast
 echo "tests took $(( $(date +%s) - start )) s"
 
+section "interop and mount tests again, the HDD tier on nbdkit over NBD (docs/remote.md)"
+TIERD_TEST_REMOTE_HDD=1 cargo test --no-fail-fast --test interop_nbdinfo --test interop_nbdcopy \
+  --test interop_qemu --test interop_fio --test mount_ext4
+
 section "All tests passed"

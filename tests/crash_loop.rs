@@ -20,6 +20,9 @@
 //! that kills found blocks in the write log (read from a copy of the
 //! metadata store) and that rounds wrote logged blocks back.
 //!
+//! A second test runs the same loop with the HDD tier on nbdkit (file
+//! plugin) over NBD, half as many cycles.
+//!
 //! `TIERD_CRASH_CYCLES` (default 60) sets the number of kill cycles
 //! (`TIERD_SOAK_CYCLES` too, for scripts/soak.sh and
 //! scripts/soak-crash-loop.sh); `TIERD_CRASH_SEED` the seed (decimal or
@@ -261,6 +264,29 @@ fn sigkill_at_random_moments_never_loses_flushed_data_or_invents_data() {
     let cycles = env_u64("TIERD_SOAK_CYCLES")
         .or_else(|| env_u64("TIERD_CRASH_CYCLES"))
         .unwrap_or(60);
+    crash_loop(cycles, None);
+}
+
+/// The same loop with the HDD tier on a remote NBD export (nbdkit's file
+/// plugin on 127.0.0.1): every kill also cuts the daemon's connection to
+/// the remote, and the restarted daemon connects again.
+#[test]
+fn sigkill_with_the_hdd_tier_on_nbdkit_never_loses_flushed_data_or_invents_data() {
+    let cycles = env_u64("TIERD_SOAK_CYCLES")
+        .or_else(|| env_u64("TIERD_CRASH_CYCLES"))
+        .map_or(25, |n| n / 2);
+    let dir = common::tempdir();
+    let image = dir.path().join("remote.img");
+    common::sparse_file(&image, 256 * MIB);
+    let remote = common::Nbdkit::start(&image, &[]);
+    let args = common::format_on_remote(dir.path(), &remote.uri(), "64MiB", "16MiB", "1MiB");
+    crash_loop(cycles, Some((args, dir.path().join("meta"))));
+    drop(remote);
+}
+
+/// The crash loop; `remote` gives the `serve` arguments of a volume on a
+/// remote HDD tier and its metadata directory.
+fn crash_loop(cycles: u64, remote: Option<(Vec<String>, std::path::PathBuf)>) {
     let seed = env_u64("TIERD_CRASH_SEED").unwrap_or(0x7133_d0c4);
     eprintln!("crash loop: {cycles} cycles, seed {seed:#x} (TIERD_CRASH_SEED to replay)");
     let cfg_dir = common::tempdir();
@@ -268,7 +294,12 @@ fn sigkill_at_random_moments_never_loses_flushed_data_or_invents_data() {
     let mut opts = DaemonOptions::small();
     opts.log_level = "debug".into();
     opts.extra_args = vec!["--config".into(), cfg.display().to_string()];
+    let meta = remote.as_ref().map(|(args, meta)| {
+        opts.extra_args.extend(args.iter().cloned());
+        meta.clone()
+    });
     let mut d = Daemon::start_with(opts);
+    let meta = meta.unwrap_or_else(|| d.data_dir().join("meta"));
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut model = Model::default();
     let mut next_id = 1u64;
@@ -342,7 +373,7 @@ fn sigkill_at_random_moments_never_loses_flushed_data_or_invents_data() {
         let this_cycle = log.get(log_before..).unwrap_or("");
         moved_total += this_cycle.matches(" moved").count();
         fig.write_back_rounds += rounds_with(this_cycle, "written_back");
-        let (logged, shadows) = recorded_states(d.data_dir());
+        let (logged, shadows) = recorded_states(&meta);
         fig.logged_at_kills += logged;
         fig.kills_with_logged += u64::from(logged > 0);
         fig.kills_with_shadows += u64::from(shadows > 0);
@@ -410,7 +441,7 @@ fn rounds_with(log: &str, field: &str) -> u64 {
 /// Logged blocks and shadows in the extent records of the (stopped)
 /// daemon's metadata store, read from a copy so the store itself is left
 /// as the crash left it.
-fn recorded_states(data_dir: &std::path::Path) -> (u64, u64) {
+fn recorded_states(meta: &std::path::Path) -> (u64, u64) {
     fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
         std::fs::create_dir_all(to).expect("creating the store copy");
         for e in std::fs::read_dir(from).expect("listing the metadata store") {
@@ -425,7 +456,7 @@ fn recorded_states(data_dir: &std::path::Path) -> (u64, u64) {
     }
     let scratch = common::tempdir();
     let copy = scratch.path().join("meta");
-    copy_dir(&data_dir.join("meta"), &copy);
+    copy_dir(meta, &copy);
     let store = tierd::store::SledStore::open(&copy).expect("opening the store copy");
     let records =
         tierd::store::MetaStore::load_extents(&store).expect("loading the extent records");

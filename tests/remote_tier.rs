@@ -11,8 +11,8 @@ mod common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -24,89 +24,10 @@ const SSD_AT: u64 = 0;
 const HDD_AT: u64 = 100 * MIB;
 const LEN: u64 = 8 * MIB;
 
-/// nbdkit serving a file on 127.0.0.1 with some filters.
-struct Nbdkit {
-    port: u16,
-    file: PathBuf,
-    filters: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Nbdkit {
-    fn start(file: &Path, filters: &[String]) -> Nbdkit {
-        let mut n = Nbdkit {
-            port: free_port(),
-            file: file.to_path_buf(),
-            filters: filters.to_vec(),
-            child: None,
-        };
-        n.spawn();
-        n
-    }
-
-    fn spawn(&mut self) {
-        let mut cmd = Command::new(require("nbdkit"));
-        cmd.args(["--foreground", "--exit-with-parent", "-i", "127.0.0.1"])
-            .arg("-p")
-            .arg(self.port.to_string());
-        let (filters, params): (Vec<_>, Vec<_>) = self
-            .filters
-            .iter()
-            .partition(|f| f.starts_with("--filter="));
-        cmd.args(filters)
-            .arg("file")
-            .arg(&self.file)
-            .args(params)
-            .stdin(Stdio::null());
-        let what = describe(&cmd);
-        self.child = Some(cmd.spawn().unwrap_or_else(|e| panic!("{what}: {e}")));
-        assert!(
-            wait_until(Duration::from_secs(10), || {
-                std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-            }),
-            "{what} did not listen"
-        );
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd://127.0.0.1:{}", self.port)
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// A formatted volume whose HDD tier is `remote`, served by tierd.
 fn daemon_on(remote: &Nbdkit, dir: &Path, timeout: &str) -> Daemon {
-    let ssd = dir.join("ssd.img");
-    sparse_file(&ssd, 64 * MIB);
-    let meta = dir.join("meta");
-    let args = [
-        "--ssd".to_string(),
-        ssd.display().to_string(),
-        "--hdd".into(),
-        remote.uri(),
-        "--meta-dir".into(),
-        meta.display().to_string(),
-    ];
-    run_ok(
-        Command::new(tierd_bin())
-            .args(["format", "--extent-size", "1MiB", "--reserve", "16MiB"])
-            .args(&args)
-            .env_remove("RUST_LOG"),
-    );
     let mut opts = DaemonOptions::small();
-    opts.extra_args = args.to_vec();
+    opts.extra_args = format_on_remote(dir, &remote.uri(), "64MiB", "16MiB", "1MiB");
     opts.extra_args
         .extend(["--remote-timeout".into(), timeout.into()]);
     let d = Daemon::start_with(opts);

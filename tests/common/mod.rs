@@ -281,6 +281,25 @@ pub struct Daemon {
     port: u16,
     opts: DaemonOptions,
     child: Option<Child>,
+    /// The HDD tier's server with `TIERD_TEST_REMOTE_HDD=1`.
+    remote: Option<Nbdkit>,
+}
+
+/// Whether [`Daemon`]s put their HDD tier on nbdkit (`TIERD_TEST_REMOTE_HDD=1`:
+/// scripts/test.sh runs the interop tests a second time so).
+pub fn remote_hdd() -> bool {
+    std::env::var("TIERD_TEST_REMOTE_HDD").is_ok_and(|v| v == "1")
+}
+
+/// `"256MiB"` or `"1GiB"` in bytes.
+fn mib_or_gib(s: &str) -> u64 {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n.parse().unwrap_or_else(|_| panic!("size {s:?}"));
+    match unit {
+        "MiB" => n * MIB,
+        "GiB" => n * 1024 * MIB,
+        _ => panic!("size {s:?}: MiB or GiB"),
+    }
 }
 
 impl Daemon {
@@ -294,6 +313,26 @@ impl Daemon {
         let dir = tempdir();
         let data_dir = dir.path().join("data");
         let log = dir.path().join("tierd.log");
+        let mut opts = opts;
+        let mut remote = None;
+        if remote_hdd() && !opts.extra_args.iter().any(|a| a == "--hdd") {
+            // The same volume, its HDD tier on nbdkit over NBD.
+            std::fs::create_dir_all(&data_dir).expect("creating the data dir");
+            let image = dir.path().join("remote-hdd.img");
+            sparse_file(&image, mib_or_gib(&opts.hdd_size));
+            let n = Nbdkit::start(&image, &[]);
+            let ssd = mib_or_gib(&opts.ssd_size) / MIB;
+            let reserve = format!("{}MiB", (ssd / 4).min(4096));
+            let args = format_on_remote(
+                &data_dir,
+                &n.uri(),
+                &format!("{ssd}MiB"),
+                &reserve,
+                &opts.extent_size,
+            );
+            opts.extra_args.extend(args);
+            remote = Some(n);
+        }
         let mut d = Daemon {
             dir,
             data_dir,
@@ -301,6 +340,7 @@ impl Daemon {
             port: 0,
             opts,
             child: None,
+            remote,
         };
         // Another test may grab the port between our probe and tierd's bind:
         // retry with a fresh port in that (rare) case.
@@ -388,6 +428,15 @@ impl Daemon {
             if self.log_since(start_len).contains("serving NBD over TCP")
                 && TcpStream::connect(self.addr()).is_ok()
             {
+                if self.remote.is_some()
+                    && !self
+                        .log_since(start_len)
+                        .contains("connected to the remote capacity tier")
+                {
+                    return Err(format!(
+                        "TIERD_TEST_REMOTE_HDD=1 but tierd did not connect to a remote HDD tier: `{what}`"
+                    ));
+                }
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -561,4 +610,101 @@ pub fn run_quiet(cmd: &mut Command, timeout: Duration) -> bool {
             }
         }
     }
+}
+
+/// nbdkit serving a file on 127.0.0.1 with some filters.
+pub struct Nbdkit {
+    pub port: u16,
+    file: PathBuf,
+    filters: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Nbdkit {
+    pub fn start(file: &Path, filters: &[String]) -> Nbdkit {
+        let mut n = Nbdkit {
+            port: free_port(),
+            file: file.to_path_buf(),
+            filters: filters.to_vec(),
+            child: None,
+        };
+        n.spawn();
+        n
+    }
+
+    /// Start it (again) on the same port.
+    pub fn spawn(&mut self) {
+        let mut cmd = Command::new(require("nbdkit"));
+        cmd.args(["--foreground", "--exit-with-parent", "-i", "127.0.0.1"])
+            .arg("-p")
+            .arg(self.port.to_string());
+        let (filters, params): (Vec<_>, Vec<_>) = self
+            .filters
+            .iter()
+            .partition(|f| f.starts_with("--filter="));
+        cmd.args(filters)
+            .arg("file")
+            .arg(&self.file)
+            .args(params)
+            .stdin(Stdio::null());
+        let what = describe(&cmd);
+        self.child = Some(cmd.spawn().unwrap_or_else(|e| panic!("{what}: {e}")));
+        assert!(
+            wait_until(Duration::from_secs(10), || {
+                std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            }),
+            "{what} did not listen"
+        );
+    }
+
+    pub fn uri(&self) -> String {
+        format!("nbd://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILL it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Format a volume whose HDD tier is the NBD export `remote`, with a
+/// local SSD image of `ssd_size` and the metadata store in `dir`; the
+/// `tierd serve` arguments that open it. Sizes in MiB.
+pub fn format_on_remote(
+    dir: &Path,
+    remote: &str,
+    ssd_size: &str,
+    reserve: &str,
+    extent_size: &str,
+) -> Vec<String> {
+    let ssd = dir.join("ssd.img");
+    let size = ssd_size
+        .strip_suffix("MiB")
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("ssd_size in MiB");
+    sparse_file(&ssd, size * MIB);
+    let args = vec![
+        "--ssd".to_string(),
+        ssd.display().to_string(),
+        "--hdd".into(),
+        remote.to_string(),
+        "--meta-dir".into(),
+        dir.join("meta").display().to_string(),
+    ];
+    run_ok(
+        Command::new(tierd_bin())
+            .args(["format", "--extent-size", extent_size, "--reserve", reserve])
+            .args(&args)
+            .env_remove("RUST_LOG"),
+    );
+    args
 }
