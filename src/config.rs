@@ -93,6 +93,14 @@ pub struct Config {
     /// Default `30s`.
     #[serde(with = "duration_secs")]
     pub remote_timeout: std::time::Duration,
+    /// With the HDD tier on `nbds://`: CA certificates (PEM) the remote
+    /// server's certificate must chain to.
+    pub remote_tls_ca: Option<PathBuf>,
+    /// Client certificate chain (PEM) tierd presents to the remote, if it
+    /// asks for one.
+    pub remote_tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of `remote-tls-cert`.
+    pub remote_tls_key: Option<PathBuf>,
     /// Server certificate chain (PEM) for NBD over TLS (STARTTLS). With
     /// `tls-cert` and `tls-key` set, TLS is required of every client.
     pub tls_cert: Option<PathBuf>,
@@ -141,6 +149,9 @@ impl Default for Config {
             nbd_poll: crate::units::NBD_POLL_DEFAULT,
             handshake_timeout: std::time::Duration::from_secs(30),
             remote_timeout: std::time::Duration::from_secs(30),
+            remote_tls_ca: None,
+            remote_tls_cert: None,
+            remote_tls_key: None,
             tls_cert: None,
             tls_key: None,
             tls_ca: None,
@@ -483,6 +494,16 @@ impl Config {
         if self.remote_timeout.is_zero() {
             return Err(InvalidKey::new("remote-timeout", "must be above zero"));
         }
+        if self.remote_tls_cert.is_some() != self.remote_tls_key.is_some() {
+            return Err(InvalidKey::new(
+                if self.remote_tls_cert.is_some() {
+                    "remote-tls-key"
+                } else {
+                    "remote-tls-cert"
+                },
+                "remote-tls-cert and remote-tls-key must be set together",
+            ));
+        }
         if let Some(ssd) = self.ssd.as_ref().and_then(|p| p.to_str()) {
             if crate::nbd::client::is_uri(ssd) {
                 return Err(InvalidKey::new(
@@ -493,8 +514,14 @@ impl Config {
         }
         if let Some(hdd) = self.hdd.as_ref().and_then(|p| p.to_str()) {
             if crate::nbd::client::is_uri(hdd) {
-                crate::nbd::client::Target::parse(hdd)
+                let t = crate::nbd::client::Target::parse(hdd)
                     .map_err(|e| InvalidKey::new("hdd", e.to_string()))?;
+                if t.tls_name.is_some() && self.remote_tls_ca.is_none() {
+                    return Err(InvalidKey::new(
+                        "remote-tls-ca",
+                        format!("{hdd} asks for TLS: set remote-tls-ca to the CA that signed the remote's certificate"),
+                    ));
+                }
             }
         }
         match (&self.tls_cert, &self.tls_key) {

@@ -75,6 +75,7 @@ impl Remote {
         Target {
             endpoint: Endpoint::Unix(self.path.clone()),
             export: String::new(),
+            tls_name: None,
         }
     }
 }

@@ -387,3 +387,130 @@ fn option_haggling_rules() {
     let mut data = vec![0u8; 4096];
     t.read_exact(&mut data).expect("READ data over TLS");
 }
+
+/// The HDD tier of one tierd on another tierd over TLS (`hdd = nbds://…`):
+/// the remote requires a client certificate; the front daemon presents
+/// one, verifies the remote's certificate, and its data lands on the
+/// remote. Without the client certificate, or trusting the wrong CA, the
+/// front daemon refuses to start with a message that says why.
+#[test]
+fn the_hdd_tier_on_another_tierd_over_tls() {
+    let tmp = common::tempdir();
+    let pki = make_pki(tmp.path());
+    let remote = tls_daemon(&pki, true);
+    let uri = format!("nbds://127.0.0.1:{}/", remote.port());
+    let ssd = tmp.path().join("ssd.img");
+    common::sparse_file(&ssd, 64 * MIB);
+    let meta = tmp.path().join("meta");
+    let p = |name: &str| pki.path(name).display().to_string();
+    let devices = vec![
+        "--ssd".to_string(),
+        ssd.display().to_string(),
+        "--hdd".into(),
+        uri.clone(),
+        "--meta-dir".into(),
+        meta.display().to_string(),
+    ];
+    let tls = vec![
+        "--remote-tls-ca".to_string(),
+        p("ca-cert.pem"),
+        "--remote-tls-cert".into(),
+        p("client-cert.pem"),
+        "--remote-tls-key".into(),
+        p("client-key.pem"),
+    ];
+    // No client certificate: the remote refuses the handshake.
+    let out = run(std::process::Command::new(common::tierd_bin())
+        .arg("format")
+        .args(&devices)
+        .args(&tls[..2])
+        .env_remove("RUST_LOG"));
+    let text = show("format without a client certificate", &out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("remote capacity tier") && text.contains("TLS"),
+        "{text}"
+    );
+    // Trusting the wrong CA: the remote's certificate is not accepted.
+    let out = run(std::process::Command::new(common::tierd_bin())
+        .arg("format")
+        .args(&devices)
+        .args(["--remote-tls-ca".to_string(), p("client-cert.pem")])
+        .args(&tls[2..])
+        .env_remove("RUST_LOG"));
+    let text = show("format trusting the wrong CA", &out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("TLS handshake failed"), "{text}");
+    // No CA at all: a configuration error before any connection.
+    let out = run(std::process::Command::new(common::tierd_bin())
+        .arg("format")
+        .args(&devices)
+        .env_remove("RUST_LOG"));
+    let text = show("format without remote-tls-ca", &out);
+    assert!(
+        !out.status.success() && text.contains("remote-tls-ca"),
+        "{text}"
+    );
+
+    run_ok(
+        std::process::Command::new(common::tierd_bin())
+            .arg("format")
+            .args(["--reserve", "16MiB"])
+            .args(&devices)
+            .args(&tls)
+            .env_remove("RUST_LOG"),
+    );
+    let mut args = devices.clone();
+    args.extend(tls);
+    let front = Daemon::start_with(DaemonOptions {
+        extra_args: args,
+        ..DaemonOptions::small()
+    });
+    assert!(
+        front
+            .log()
+            .contains("connected to the remote capacity tier"),
+        "{}",
+        front.log()
+    );
+    // Fill more than the SSD holds, so data lands on the remote.
+    let data = random_bytes(96 * MIB as usize, 11);
+    let input = tmp.path().join("in.raw");
+    write(&input, &data);
+    run_ok(tool("nbdcopy").arg("--flush").arg(&input).arg(front.uri()));
+    let output = tmp.path().join("out.raw");
+    run_ok(tool("nbdcopy").arg(front.uri()).arg(&output));
+    assert_same_bytes(
+        "read back through the front",
+        &read(&output)[..data.len()],
+        &data,
+    );
+    let placement = run_ok(
+        std::process::Command::new(common::tierctl_bin())
+            .arg("--control")
+            .arg(front.data_dir().join("control.sock"))
+            .args(["placement", "0+96MiB"]),
+    );
+    assert!(
+        placement.contains("hdd"),
+        "some data is on the remote:\n{placement}"
+    );
+    // The remote tierd served the front's HDD tier: it wrote data.
+    let status = run_ok(
+        std::process::Command::new(common::tierctl_bin())
+            .arg("--control")
+            .arg(remote.data_dir().join("control.sock"))
+            .args(["--json", "status"]),
+    );
+    let v: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    let written: u64 = v["tiers"]
+        .as_array()
+        .expect("tiers")
+        .iter()
+        .map(|t| t["write_bytes"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(
+        written >= 16 * MIB,
+        "the remote tierd wrote {written} bytes:\n{status}"
+    );
+}

@@ -143,6 +143,21 @@ const FLAGS: &[Flag] = {
             "With a remote HDD tier: longest a request to it waits, reconnecting included, before EIO (default 30s)",
         ),
         flag(
+            "remote-tls-ca",
+            Path("FILE"),
+            "With the HDD tier on nbds://: CA certificates (PEM) the remote's certificate must chain to",
+        ),
+        flag(
+            "remote-tls-cert",
+            Path("FILE"),
+            "Client certificate (PEM) tierd presents to the remote HDD tier",
+        ),
+        flag(
+            "remote-tls-key",
+            Path("FILE"),
+            "Private key (PEM) of remote-tls-cert",
+        ),
+        flag(
             "tls-cert",
             Path("FILE"),
             "Server certificate (PEM): serve NBD over TLS only (STARTTLS)",

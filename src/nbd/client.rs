@@ -11,9 +11,10 @@
 //! connection took it. A request that cannot be answered within the
 //! timeout fails with `TimedOut`; none waits longer.
 //!
-//! It speaks fixed newstyle, `NBD_OPT_GO` and simple replies only; TLS to
-//! the remote is not implemented yet (`nbds://` is refused with that
-//! message).
+//! It speaks fixed newstyle, `NBD_OPT_GO` and simple replies, and TLS
+//! (`nbds://`): after `NBD_OPT_STARTTLS` the TLS session runs on a thread
+//! of its own that relays between the socket and a local socket pair, so
+//! the reader thread and the writers keep using a plain stream.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -25,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
+use tokio_rustls::rustls;
 use tracing::{info, warn};
 
 use super::proto;
@@ -99,51 +101,69 @@ pub struct Target {
     pub endpoint: Endpoint,
     /// The export's name ("" for the default export).
     pub export: String,
+    /// The name the server's certificate must carry when `Some`: TLS is
+    /// required (`nbds://`).
+    pub tls_name: Option<String>,
 }
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = if self.tls_name.is_some() { "s" } else { "" };
         match &self.endpoint {
-            Endpoint::Tcp(a) => write!(f, "nbd://{a}/{}", self.export),
-            Endpoint::Unix(p) => write!(f, "nbd+unix:///{}?socket={}", self.export, p.display()),
+            Endpoint::Tcp(a) => write!(f, "nbd{s}://{a}/{}", self.export),
+            Endpoint::Unix(p) => write!(f, "nbd{s}+unix:///{}?socket={}", self.export, p.display()),
         }
     }
 }
 
 /// Whether `s` looks like an NBD URI rather than a path.
 pub fn is_uri(s: &str) -> bool {
-    s.starts_with("nbd://") || s.starts_with("nbd+unix://") || s.starts_with("nbds")
+    ["nbd://", "nbd+unix://", "nbds://", "nbds+unix://"]
+        .iter()
+        .any(|p| s.starts_with(p))
 }
 
 impl Target {
     /// Parse an NBD URI (the common subset of the NBD URI standard):
-    /// `nbd://host[:port][/export]` or `nbd+unix:///[export]?socket=PATH`.
+    /// `nbd://host[:port][/export]`, `nbd+unix:///[export]?socket=PATH`,
+    /// and `nbds://…`, `nbds+unix://…` for TLS (the Unix form takes the
+    /// certificate's name from `tls-hostname=`, default `localhost`).
     pub fn parse(uri: &str) -> Result<Target, ClientError> {
         let bad = |why: &str| ClientError::BadUri {
             uri: uri.to_string(),
             why: why.to_string(),
         };
-        if uri.starts_with("nbds") {
-            return Err(bad("TLS to a remote capacity tier is not supported yet; use nbd:// on a trusted network or a TLS tunnel"));
-        }
-        if let Some(rest) = uri.strip_prefix("nbd+unix://") {
-            let (path_part, query) = rest
-                .split_once('?')
-                .ok_or_else(|| bad("nbd+unix needs ?socket=PATH"))?;
-            let export = path_part.strip_prefix('/').unwrap_or(path_part).to_string();
-            let socket = query
+        let (scheme, rest) = uri.split_once("://").ok_or_else(|| {
+            bad("it must start with nbd://, nbds://, nbd+unix:// or nbds+unix://")
+        })?;
+        let (tls, unix) = match scheme {
+            "nbd" => (false, false),
+            "nbds" => (true, false),
+            "nbd+unix" => (false, true),
+            "nbds+unix" => (true, true),
+            _ => {
+                return Err(bad(
+                    "it must start with nbd://, nbds://, nbd+unix:// or nbds+unix://",
+                ))
+            }
+        };
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let param = |key: &str| {
+            query
                 .split('&')
-                .find_map(|kv| kv.strip_prefix("socket="))
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| bad("nbd+unix needs ?socket=PATH"))?;
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                .filter(|v| !v.is_empty())
+        };
+        if unix {
+            let export = rest.strip_prefix('/').unwrap_or(rest).to_string();
+            let socket =
+                param("socket").ok_or_else(|| bad("a Unix socket URI needs ?socket=PATH"))?;
             return Ok(Target {
                 endpoint: Endpoint::Unix(PathBuf::from(socket)),
                 export,
+                tls_name: tls.then(|| param("tls-hostname").unwrap_or("localhost").to_string()),
             });
         }
-        let rest = uri
-            .strip_prefix("nbd://")
-            .ok_or_else(|| bad("it must start with nbd:// or nbd+unix://"))?;
         let (authority, export) = match rest.split_once('/') {
             Some((a, e)) => (a, e.to_string()),
             None => (rest, String::new()),
@@ -152,33 +172,39 @@ impl Target {
             return Err(bad("no host"));
         }
         // A port is the part after the last ':' outside an IPv6 literal.
-        let has_port = match authority.rfind(':') {
-            Some(i) => !authority[i..].contains(']'),
-            None => false,
+        let (host, port) = match authority.rfind(':') {
+            Some(i) if !authority[i..].contains(']') => {
+                (&authority[..i], Some(&authority[i + 1..]))
+            }
+            _ => (authority, None),
         };
-        let addr = if has_port {
-            let (_, port) = authority.rsplit_once(':').unwrap_or((authority, ""));
-            port.parse::<u16>()
+        if let Some(p) = port {
+            p.parse::<u16>()
                 .map_err(|_| bad("the port is not a number from 0 to 65535"))?;
-            authority.to_string()
-        } else {
-            format!("{authority}:{DEFAULT_PORT}")
+        }
+        let addr = match port {
+            Some(_) => authority.to_string(),
+            None => format!("{authority}:{DEFAULT_PORT}"),
         };
+        let name = host.trim_start_matches('[').trim_end_matches(']');
         Ok(Target {
             endpoint: Endpoint::Tcp(addr),
             export,
+            tls_name: tls.then(|| name.to_string()),
         })
     }
 }
 
 /// How the client behaves when the server is slow or away.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ClientOptions {
     /// Longest a request waits, reconnecting included, before it fails.
     pub timeout: Duration,
     /// Bytes of writes kept for sending again after a lost connection
     /// until a FLUSH covers them; past it a write flushes first.
     pub max_unflushed: usize,
+    /// The TLS configuration `nbds://` targets need.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for ClientOptions {
@@ -186,6 +212,7 @@ impl Default for ClientOptions {
         ClientOptions {
             timeout: Duration::from_secs(30),
             max_unflushed: 64 << 20,
+            tls: None,
         }
     }
 }
@@ -285,10 +312,25 @@ fn protocol(target: &Target, what: impl Into<String>) -> ClientError {
 }
 
 /// Connect and negotiate the export with `NBD_OPT_GO`.
-fn handshake(target: &Target, timeout: Duration) -> Result<(Sock, Export), ClientError> {
-    let io_err = |source| ClientError::Io {
-        target: target.to_string(),
-        source,
+fn handshake(
+    target: &Target,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    timeout: Duration,
+) -> Result<(Sock, Export), ClientError> {
+    let tls_failure: std::cell::RefCell<Option<Arc<Mutex<Option<String>>>>> = Default::default();
+    let io_err = |source| {
+        let why = tls_failure.borrow().as_ref().and_then(|f| f.lock().clone());
+        match why {
+            Some(why) => ClientError::Refused {
+                target: target.to_string(),
+                export: target.export.clone(),
+                why: format!("the TLS session failed: {why}"),
+            },
+            None => ClientError::Io {
+                target: target.to_string(),
+                source,
+            },
+        }
     };
     let mut s = Sock::connect(&target.endpoint, timeout).map_err(io_err)?;
     s.set_timeouts(Some(timeout)).map_err(io_err)?;
@@ -308,6 +350,39 @@ fn handshake(target: &Target, timeout: Duration) -> Result<(Sock, Export), Clien
         cflags |= proto::FLAG_C_NO_ZEROES;
     }
     s.write_all(&cflags.to_be_bytes()).map_err(io_err)?;
+    if let Some(name) = &target.tls_name {
+        let config = tls.ok_or_else(|| ClientError::Refused {
+            target: target.to_string(),
+            export: target.export.clone(),
+            why: "TLS (nbds://) needs the CA that signed the server's certificate (remote-tls-ca)"
+                .into(),
+        })?;
+        s.write_all(&proto::encode_option(proto::OPT_STARTTLS, &[]))
+            .map_err(io_err)?;
+        let mut h = [0u8; proto::OPTION_REPLY_HEADER_LEN];
+        s.read_exact(&mut h).map_err(io_err)?;
+        let r = proto::parse_option_reply(&h).map_err(|e| protocol(target, e.to_string()))?;
+        if r.len > MAX_OPTION_REPLY {
+            return Err(protocol(target, format!("option reply of {} bytes", r.len)));
+        }
+        let mut data = vec![0u8; r.len as usize];
+        s.read_exact(&mut data).map_err(io_err)?;
+        if r.option != proto::OPT_STARTTLS || r.reply_type != proto::REP_ACK {
+            return Err(ClientError::Refused {
+                target: target.to_string(),
+                export: target.export.clone(),
+                why: format!(
+                    "the server did not agree to TLS (reply {:#x}: {})",
+                    r.reply_type,
+                    String::from_utf8_lossy(&data)
+                ),
+            });
+        }
+        let (plain, failure) = start_tls(target, s, name, config.clone(), timeout)?;
+        s = plain;
+        *tls_failure.borrow_mut() = Some(failure);
+        s.set_timeouts(Some(timeout)).map_err(io_err)?;
+    }
     let mut go = Vec::with_capacity(8 + target.export.len());
     go.extend_from_slice(&(target.export.len() as u32).to_be_bytes());
     go.extend_from_slice(target.export.as_bytes());
@@ -384,6 +459,137 @@ fn handshake(target: &Target, timeout: Duration) -> Result<(Sock, Export), Clien
             max_request: max_request.max(4096),
         },
     ))
+}
+
+/// Run TLS over `sock` on a thread of its own that relays between the
+/// TLS session and one end of a socket pair; the other end is returned,
+/// once the TLS handshake succeeded, with where the relay puts the error
+/// that ends the session (a server that refuses the client's certificate
+/// says so only after the handshake, in TLS 1.3).
+fn start_tls(
+    target: &Target,
+    sock: Sock,
+    name: &str,
+    config: Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> Result<(Sock, Arc<Mutex<Option<String>>>), ClientError> {
+    let io_err = |source| ClientError::Io {
+        target: target.to_string(),
+        source,
+    };
+    let server_name = rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|e| {
+        ClientError::BadUri {
+            uri: target.to_string(),
+            why: format!("{name:?} is not a name a certificate can carry: {e}"),
+        }
+    })?;
+    let (mine, relay_end) = UnixStream::pair().map_err(io_err)?;
+    let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let failure = Arc::new(Mutex::new(None));
+    let failed = failure.clone();
+    std::thread::Builder::new()
+        .name("tierd-remote-tls".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("cannot start the TLS relay: {e}")));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let connector = tokio_rustls::TlsConnector::from(config);
+                let relay = async {
+                    relay_end.set_nonblocking(true)?;
+                    let plain = tokio::net::UnixStream::from_std(relay_end)?;
+                    match sock {
+                        Sock::Tcp(t) => {
+                            t.set_nonblocking(true)?;
+                            let t = tokio::net::TcpStream::from_std(t)?;
+                            relay(
+                                connector.connect(server_name, t).await,
+                                plain,
+                                &tx,
+                                &failure,
+                            )
+                            .await;
+                        }
+                        Sock::Unix(u) => {
+                            u.set_nonblocking(true)?;
+                            let u = tokio::net::UnixStream::from_std(u)?;
+                            relay(
+                                connector.connect(server_name, u).await,
+                                plain,
+                                &tx,
+                                &failure,
+                            )
+                            .await;
+                        }
+                    }
+                    Ok::<(), io::Error>(())
+                };
+                if let Err(e) = relay.await {
+                    let _ = tx.send(Err(e.to_string()));
+                }
+            });
+        })
+        .map_err(io_err)?;
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(())) => Ok((Sock::Unix(mine), failed)),
+        Ok(Err(why)) => Err(ClientError::Refused {
+            target: target.to_string(),
+            export: target.export.clone(),
+            why: format!("TLS handshake failed: {why}"),
+        }),
+        Err(_) => Err(io_err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the TLS handshake did not finish in time",
+        ))),
+    }
+}
+
+/// Relay between a TLS session (once its handshake is done, reported on
+/// `tx`) and the plain end, until either side ends.
+async fn relay<S>(
+    tls: io::Result<tokio_rustls::client::TlsStream<S>>,
+    plain: tokio::net::UnixStream,
+    tx: &std::sync::mpsc::Sender<Result<(), String>>,
+    failure: &Mutex<Option<String>>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let tls = match tls {
+        Ok(t) => {
+            let _ = tx.send(Ok(()));
+            t
+        }
+        Err(e) => {
+            let _ = tx.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let (mut tr, mut tw) = tokio::io::split(tls);
+    let (mut pr, mut pw) = plain.into_split();
+    let up = async {
+        let _ = tokio::io::copy(&mut pr, &mut tw).await;
+        let _ = tokio::io::AsyncWriteExt::shutdown(&mut tw).await;
+    };
+    let down = async {
+        if let Err(e) = tokio::io::copy(&mut tr, &mut pw).await {
+            // Before the plain end closes, so the handshake can say why.
+            *failure.lock() = Some(e.to_string());
+            warn!(error = %e, "the TLS session with the remote capacity tier failed");
+        }
+    };
+    // Either side ending ends the relay: the client closed its end, or
+    // the server closed the connection (the client's reader sees EOF).
+    tokio::select! {
+        () = up => {}
+        () = down => {}
+    }
 }
 
 /// How one request ended.
@@ -591,7 +797,11 @@ impl Client {
     /// Connect to `target` and negotiate its export. A server that cannot
     /// be reached now is an error (not retried): the start-up should say so.
     pub fn connect(target: Target, opts: ClientOptions) -> Result<Client, ClientError> {
-        let (sock, export) = handshake(&target, ATTEMPT_TIMEOUT.min(opts.timeout))?;
+        let (sock, export) = handshake(
+            &target,
+            opts.tls.as_ref(),
+            ATTEMPT_TIMEOUT.min(opts.timeout),
+        )?;
         let conn = Self::start_conn(&target, sock)?;
         info!(remote = %target, size = export.size, flags = format!("{:#x}", export.flags), "connected to the remote capacity tier");
         Ok(Client {
@@ -718,7 +928,8 @@ impl Client {
 
     /// A new connection with the unflushed writes sent again on it.
     fn reconnect(&self, attempt: Duration, deadline: Instant) -> Result<Arc<Conn>, String> {
-        let (sock, export) = handshake(&self.target, attempt).map_err(|e| e.to_string())?;
+        let (sock, export) =
+            handshake(&self.target, self.opts.tls.as_ref(), attempt).map_err(|e| e.to_string())?;
         if export.size != self.export.size {
             return Err(format!(
                 "the export's size changed from {} to {} bytes",

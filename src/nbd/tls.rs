@@ -1,5 +1,6 @@
 //! TLS for NBD (`NBD_OPT_STARTTLS`): building the rustls server
-//! configuration from PEM files.
+//! configuration from PEM files, and the client configuration the remote
+//! capacity tier's client ([`super::client`]) uses.
 //!
 //! The server certificate chain and its private key are required; a CA file
 //! is optional and, when given, every client must present a certificate
@@ -132,6 +133,40 @@ pub fn server_config(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
         }
     };
     builder.with_single_cert(certs, key).map_err(config_err)
+}
+
+/// The rustls client configuration: servers must present a certificate
+/// that chains to a CA in `ca` (PEM); with `cert_key`, the client presents
+/// that certificate chain and key.
+pub fn client_config(
+    ca: &Path,
+    cert_key: Option<(&Path, &Path)>,
+) -> Result<rustls::ClientConfig, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    for cert in read_certs(ca)? {
+        roots.add(cert).map_err(|source| TlsError::BadCa {
+            path: ca.to_owned(),
+            source,
+        })?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|source| TlsError::BadCa {
+            path: ca.to_owned(),
+            source,
+        })?
+        .with_root_certificates(roots);
+    match cert_key {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
+            .map_err(|source| TlsError::Config {
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+                source,
+            }),
+    }
 }
 
 /// A TLS acceptor for the NBD server from `files`.

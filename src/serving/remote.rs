@@ -7,7 +7,6 @@
 //! FLUSH of data that lives on the SSD does not wait for the remote.
 
 use std::io;
-use std::time::Duration;
 
 use crate::device::BlockDevice;
 use crate::nbd::client::{Client, ClientError, ClientOptions, Target};
@@ -18,18 +17,11 @@ pub struct RemoteDevice {
 }
 
 impl RemoteDevice {
-    /// Connect to the export at `uri` (`nbd://host[:port]/export` or
-    /// `nbd+unix:///export?socket=PATH`); requests that cannot be served
-    /// within `timeout` fail with `TimedOut`.
-    pub fn connect(uri: &str, timeout: Duration) -> Result<RemoteDevice, ClientError> {
+    /// Connect to the export at `uri` (`nbd://host[:port]/export`,
+    /// `nbd+unix:///export?socket=PATH`, or `nbds…` for TLS) with `opts`.
+    pub fn connect(uri: &str, opts: ClientOptions) -> Result<RemoteDevice, ClientError> {
         let target = Target::parse(uri)?;
-        let client = Client::connect(
-            target,
-            ClientOptions {
-                timeout,
-                ..ClientOptions::default()
-            },
-        )?;
+        let client = Client::connect(target, opts)?;
         Ok(RemoteDevice { client })
     }
 

@@ -97,12 +97,34 @@ pub fn open_devices(cfg: &Config) -> Result<Devices> {
     })
 }
 
+/// The client options of a remote HDD tier: its timeout and TLS.
+fn remote_options(cfg: &Config) -> Result<crate::nbd::client::ClientOptions> {
+    let tls = match &cfg.remote_tls_ca {
+        Some(ca) => {
+            let cert_key = cfg
+                .remote_tls_cert
+                .as_deref()
+                .zip(cfg.remote_tls_key.as_deref());
+            let c = crate::nbd::tls::client_config(ca, cert_key).map_err(|e| {
+                ServiceError::Refused(format!("the remote capacity tier's TLS: {e}"))
+            })?;
+            Some(Arc::new(c))
+        }
+        None => None,
+    };
+    Ok(crate::nbd::client::ClientOptions {
+        timeout: cfg.remote_timeout,
+        tls,
+        ..Default::default()
+    })
+}
+
 /// Open one device as the configuration says (O_DIRECT, a drive model).
 pub fn open_device(cfg: &Config, p: &Path, model: &Option<String>) -> Result<Arc<dyn BlockDevice>> {
     let remote = p.to_str().filter(|s| crate::nbd::client::is_uri(s));
     let dev: Arc<dyn BlockDevice> = match remote {
         Some(uri) => Arc::new(
-            super::remote::RemoteDevice::connect(uri, cfg.remote_timeout)
+            super::remote::RemoteDevice::connect(uri, remote_options(cfg)?)
                 .map_err(|e| ServiceError::Refused(format!("the remote capacity tier: {e}")))?,
         ),
         None => Arc::new(
