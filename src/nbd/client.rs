@@ -1142,20 +1142,25 @@ mod tests {
         let t = Target::parse("nbd+unix:///e?socket=/run/s.sock").expect("parses");
         assert_eq!(t.endpoint, Endpoint::Unix("/run/s.sock".into()));
         assert_eq!(t.export, "e");
+        assert_eq!(t.tls_name, None);
+        let t = Target::parse("nbds://[::1]:7/x").expect("parses");
+        assert_eq!(t.tls_name.as_deref(), Some("::1"));
+        let t = Target::parse("nbds://store.example/x").expect("parses");
+        assert_eq!(t.tls_name.as_deref(), Some("store.example"));
+        assert_eq!(t.to_string(), "nbds://store.example:10809/x");
+        let t = Target::parse("nbds+unix:///x?socket=/s&tls-hostname=h").expect("parses");
+        assert_eq!(t.tls_name.as_deref(), Some("h"));
         for bad in [
             "nbd://",
             "nbd://h:port/x",
             "nbd+unix:///e",
             "http://x",
-            "nbds://h/x",
+            "nbdx://h",
         ] {
             let e = Target::parse(bad).expect_err(bad).to_string();
             assert!(e.contains(bad), "{e}");
         }
-        assert!(Target::parse("nbds://h/x")
-            .expect_err("tls")
-            .to_string()
-            .contains("TLS"));
-        assert!(is_uri("nbd://h") && is_uri("nbd+unix:///?socket=s") && !is_uri("/dev/sdb"));
+        assert!(is_uri("nbd://h") && is_uri("nbd+unix:///?socket=s") && is_uri("nbds://h"));
+        assert!(!is_uri("/dev/sdb"));
     }
 }
