@@ -232,3 +232,83 @@ fn remote_read_errors_are_eio_and_lose_nothing() {
     qemu_io(&d, &[format!("read -P 0x53 {} {LEN}", HDD_AT + LEN)])
         .expect("the write made meanwhile");
 }
+
+/// The migrator measures the remote's link and holds its budget to half
+/// of it: nbdkit's rate filter limits the remote to 10 MB/s (80 Mbit/s),
+/// a pin pulls 32 MiB up from it, and `tierctl status` reports a measured
+/// bandwidth near that, a round trip, and a budget of half the bandwidth.
+#[test]
+fn the_migration_budget_follows_the_measured_link() {
+    let dir = tempdir();
+    let hdd = dir.path().join("remote.img");
+    sparse_file(&hdd, 256 * MIB);
+    // A small bucket: nbdkit's default lets 2 s of traffic through at once.
+    let remote = Nbdkit::start(
+        &hdd,
+        &[
+            "--filter=rate".into(),
+            "rate=80M".into(),
+            "burstiness=0.1".into(),
+        ],
+    );
+    let d = daemon_on(&remote, dir.path(), "30s");
+    let control = d.data_dir().join("control.sock");
+    let tierctl = |args: &[&str]| {
+        run_ok(
+            Command::new(tierctl_bin())
+                .arg("--control")
+                .arg(&control)
+                .args(args),
+        )
+    };
+    // 32 MiB on the remote, then pulled up to the SSD by a pin.
+    let range = format!("{HDD_AT}+{}", 32 * MIB);
+    tierctl(&["pin", "--tier", "hdd", &range]);
+    qemu_io(
+        &d,
+        &[
+            format!("write -P 0x61 {HDD_AT} {}", 32 * MIB),
+            "flush".into(),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("write: {e}"));
+    let on = |tier: &str| {
+        let v: serde_json::Value =
+            serde_json::from_str(&tierctl(&["placement", "--json", &range])).expect("JSON");
+        v["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .all(|r| r["where"] == tier)
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || on("hdd")),
+        "{}",
+        d.log()
+    );
+    tierctl(&["pin", "--tier", "ssd", &range]);
+    assert!(
+        wait_until(Duration::from_secs(60), || on("ssd")),
+        "the pinned range came up:\n{}",
+        d.log()
+    );
+    let status = tierctl(&["--json", "status"]);
+    let v: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    let p = &v["migration"]["progress"];
+    let link = &p["capacity_link"];
+    let bw = link["bandwidth"].as_f64().expect("a measured bandwidth");
+    let rtt = link["rtt_secs"].as_f64().expect("a measured round trip");
+    // nbdkit's rate filter sleeps in lumps at 1 MiB requests: the link
+    // runs at 4-10 MB/s.
+    assert!(
+        (2e6..25e6).contains(&bw),
+        "measured {bw} B/s for a 10 MB/s link:\n{status}"
+    );
+    assert!(rtt > 0.0 && rtt < 0.5, "round trip {rtt} s");
+    // The budget: half the link as measured when it was set.
+    let budget = p["budget"].as_u64().expect("budget");
+    assert_eq!(budget, ((bw * 0.5) as u64).max(MIB), "{status}");
+    qemu_io(&d, &[format!("read -P 0x61 {HDD_AT} {}", 32 * MIB)]).expect("the data that moved");
+    let text = tierctl(&["status"]);
+    assert!(text.contains("capacity tier: remote, round trip"), "{text}");
+}

@@ -216,6 +216,10 @@ impl BlockDevice for FaultDevice {
         self.inner.sync()
     }
 
+    fn link(&self) -> Option<super::LinkEstimate> {
+        self.inner.link()
+    }
+
     fn name(&self) -> String {
         format!("{} (fault injection)", self.inner.name())
     }

@@ -308,6 +308,10 @@ impl BlockDevice for MeteredDevice {
         self.timed(IoOp::Read, || self.inner.read_at(buf, offset))
     }
 
+    fn link(&self) -> Option<super::LinkEstimate> {
+        self.inner.link()
+    }
+
     fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> Option<io::Result<()>> {
         // Only an answered read counts: `None` did no I/O, and the caller
         // reads again with `read_at`.

@@ -5,10 +5,11 @@
 //! benchmarks ([`NullDevice`]), a wrapper that times every operation per
 //! operation and I/O class ([`MeteredDevice`]) and a wrapper that gives any device the timing
 //! of a modelled drive on a [`crate::clock::Clock`] ([`TimedDevice`], models
-//! in [`model`]).
+//! in [`model`]), and the measured link of a remote tier ([`LinkMeter`]).
 
 mod fault;
 mod file;
+mod link;
 mod mem;
 mod meter;
 pub mod model;
@@ -17,6 +18,7 @@ mod timed;
 
 pub use fault::{FaultDevice, FaultOp, FaultRule};
 pub use file::FileDevice;
+pub use link::{LinkEstimate, LinkMeter};
 pub use mem::MemDevice;
 pub use meter::{ClassGuard, IoClass, IoMeter, IoOp, Latencies, MeteredDevice, IO_BUCKETS};
 pub use null::NullDevice;
@@ -73,6 +75,12 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// it was, unspecified. A no-op for a device that never splices.
     fn forget(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
+    }
+    /// A remote tier's link as measured so far (round trip, bandwidth);
+    /// `None` for a local device, or before anything was measured.
+    /// Wrappers pass it on.
+    fn link(&self) -> Option<LinkEstimate> {
+        None
     }
     /// Make every completed write durable (fdatasync).
     fn sync(&self) -> io::Result<()>;

@@ -51,6 +51,10 @@ pub trait TimingModel: Send + 'static {
     fn submit(&mut self, kind: OpKind, offset: u64, len: u64, now: Duration) -> Duration;
     /// The model's name.
     fn name(&self) -> &'static str;
+    /// Whether it models a remote tier (whose link is measured).
+    fn remote(&self) -> bool {
+        false
+    }
 }
 
 fn secs(s: f64) -> Duration {
@@ -629,6 +633,10 @@ impl TimingModel for RemoteModel {
 
     fn name(&self) -> &'static str {
         self.p.name
+    }
+
+    fn remote(&self) -> bool {
+        true
     }
 }
 

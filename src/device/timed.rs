@@ -19,7 +19,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::model::{OpKind, TimingModel};
-use super::BlockDevice;
+use super::{BlockDevice, LinkEstimate, LinkMeter};
 use crate::clock::Clock;
 
 /// A device with a drive's timing.
@@ -29,6 +29,9 @@ pub struct TimedDevice {
     clock: Arc<dyn Clock>,
     ops: AtomicU64,
     overruns: AtomicU64,
+    /// The modelled link, measured on the device's clock, for a model of
+    /// a remote tier.
+    link: Option<LinkMeter>,
 }
 
 impl TimedDevice {
@@ -38,9 +41,11 @@ impl TimedDevice {
         model: Box<dyn TimingModel>,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let link = model.remote().then(LinkMeter::default);
         TimedDevice {
             inner,
             model: Mutex::new(model),
+            link,
             clock,
             ops: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
@@ -73,6 +78,11 @@ impl TimedDevice {
         } else {
             self.clock.sleep_until(done);
         }
+        if let Some(l) = &self.link {
+            if kind != OpKind::Flush {
+                l.record(len, self.clock.now().saturating_sub(start));
+            }
+        }
         Ok(r)
     }
 }
@@ -97,6 +107,13 @@ impl BlockDevice for TimedDevice {
 
     fn sync(&self) -> io::Result<()> {
         self.timed(OpKind::Flush, 0, 0, || self.inner.sync())
+    }
+
+    fn link(&self) -> Option<LinkEstimate> {
+        match &self.link {
+            Some(l) => l.estimate(),
+            None => self.inner.link(),
+        }
     }
 
     fn name(&self) -> String {

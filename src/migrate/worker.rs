@@ -184,6 +184,35 @@ pub struct ProgressSnapshot {
     pub backing_off: bool,
     /// Seconds copies waited for the bandwidth budget since start.
     pub throttle_secs: f64,
+    /// The bandwidth budget in force, bytes/s (0: unlimited): `bandwidth`,
+    /// or less when a remote capacity tier's measured link asks for less.
+    #[serde(default)]
+    pub budget: u64,
+    /// The remote capacity tier's link as measured when the budget was
+    /// last set (none for a local HDD).
+    #[serde(default)]
+    pub capacity_link: Option<crate::device::LinkEstimate>,
+}
+
+/// Share of a remote capacity tier's measured bandwidth that migration may
+/// take: the rest stays for the users' requests that miss the SSD.
+pub const REMOTE_SHARE: f64 = 0.5;
+/// The budget never falls below this (bytes/s), so placement still moves
+/// over a very slow link.
+const MIN_REMOTE_BUDGET: u64 = 1 << 20;
+
+/// The migration budget: the configured `bandwidth` (0: unlimited), held
+/// to [`REMOTE_SHARE`] of a remote capacity tier's measured bandwidth.
+pub fn migration_budget(configured: u64, link: Option<&crate::device::LinkEstimate>) -> u64 {
+    let Some(l) = link else {
+        return configured;
+    };
+    let measured = ((l.bandwidth * REMOTE_SHARE) as u64).max(MIN_REMOTE_BUDGET);
+    if configured == 0 {
+        measured
+    } else {
+        configured.min(measured)
+    }
 }
 
 /// Plans and performs migrations for one volume.
@@ -193,6 +222,8 @@ pub struct Migrator {
     cfg: Mutex<MigrateConfig>,
     bucket: Mutex<TokenBucket>,
     reserve_bucket: Mutex<TokenBucket>,
+    /// The capacity tier's link the budget was last sized with.
+    link: Mutex<Option<crate::device::LinkEstimate>>,
     paused: AtomicBool,
     /// Foreground bytes written at the last round and when.
     last_written: Mutex<(u64, Duration)>,
@@ -259,8 +290,13 @@ impl Migrator {
         let reads = read_count(&vol);
         let reserve = u64::from(vol.geometry().reserve_extents);
         Migrator {
-            bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
+            bucket: Mutex::new(TokenBucket::new(
+                migration_budget(cfg.bandwidth.0, vol.hdd_link().as_ref()),
+                burst,
+                now,
+            )),
             reserve_bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
+            link: Mutex::new(vol.hdd_link()),
             vol,
             heat,
             cfg: Mutex::new(cfg),
@@ -281,7 +317,10 @@ impl Migrator {
 
     /// Replace the configuration (policy knobs, bandwidth) live.
     pub fn set_config(&self, cfg: MigrateConfig) {
-        self.bucket.lock().set_rate(cfg.bandwidth.0);
+        self.bucket.lock().set_rate(migration_budget(
+            cfg.bandwidth.0,
+            self.vol.hdd_link().as_ref(),
+        ));
         *self.cfg.lock() = cfg;
     }
 
@@ -333,6 +372,8 @@ impl Migrator {
             backoff_secs: secs(&p.backoff_ns),
             backing_off: p.backing_off.load(Ordering::Relaxed),
             throttle_secs: secs(&p.throttle_ns),
+            budget: self.bucket.lock().rate(),
+            capacity_link: *self.link.lock(),
         }
     }
 
@@ -385,6 +426,13 @@ impl Migrator {
             *last = (w, now);
             rate
         };
+        // A remote capacity tier's link, as measured, sizes the budget.
+        let link = vol.hdd_link();
+        {
+            let mut bucket = self.bucket.lock();
+            bucket.set_rate(migration_budget(cfg.bandwidth.0, link.as_ref()));
+            *self.link.lock() = link;
+        }
         {
             let boosted = (cfg.reserve_boost * write_rate) as u64;
             let rate = if cfg.bandwidth.0 == 0 {
@@ -807,5 +855,30 @@ impl Migrator {
         if let Err(e) = self.vol.save_heat() {
             warn!("saving heat at shutdown: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::LinkEstimate;
+
+    #[test]
+    fn a_remote_link_holds_the_budget_to_half_its_measured_bandwidth() {
+        let link = |mib: f64| LinkEstimate {
+            rtt_secs: 0.001,
+            bandwidth: mib * f64::from(1u32 << 20),
+            samples: 10,
+        };
+        // A local HDD: the configured bandwidth.
+        assert_eq!(migration_budget(128 << 20, None), 128 << 20);
+        assert_eq!(migration_budget(0, None), 0);
+        // A slow remote (40 MiB/s): 20 MiB/s, whatever is configured.
+        assert_eq!(migration_budget(128 << 20, Some(&link(40.0))), 20 << 20);
+        assert_eq!(migration_budget(0, Some(&link(40.0))), 20 << 20);
+        // A fast one: the configured cap still holds.
+        assert_eq!(migration_budget(128 << 20, Some(&link(1000.0))), 128 << 20);
+        // A crawling one: never below 1 MiB/s.
+        assert_eq!(migration_budget(128 << 20, Some(&link(0.1))), 1 << 20);
     }
 }

@@ -317,7 +317,7 @@ fn handshake(
     tls: Option<&Arc<rustls::ClientConfig>>,
     timeout: Duration,
 ) -> Result<(Sock, Export), ClientError> {
-    let tls_failure: std::cell::RefCell<Option<Arc<Mutex<Option<String>>>>> = Default::default();
+    let tls_failure: std::cell::RefCell<Option<TlsFailure>> = Default::default();
     let io_err = |source| {
         let why = tls_failure.borrow().as_ref().and_then(|f| f.lock().clone());
         match why {
@@ -461,6 +461,9 @@ fn handshake(
     ))
 }
 
+/// Where the TLS relay leaves the error that ended its session.
+type TlsFailure = Arc<Mutex<Option<String>>>;
+
 /// Run TLS over `sock` on a thread of its own that relays between the
 /// TLS session and one end of a socket pair; the other end is returned,
 /// once the TLS handshake succeeded, with where the relay puts the error
@@ -472,7 +475,7 @@ fn start_tls(
     name: &str,
     config: Arc<rustls::ClientConfig>,
     timeout: Duration,
-) -> Result<(Sock, Arc<Mutex<Option<String>>>), ClientError> {
+) -> Result<(Sock, TlsFailure), ClientError> {
     let io_err = |source| ClientError::Io {
         target: target.to_string(),
         source,

@@ -4,16 +4,21 @@
 //! exactly as on a local disk. A sync covers every write acknowledged
 //! before it, even across a reconnection (the client sends them again),
 //! and costs nothing when nothing was written since the last one, so a
-//! FLUSH of data that lives on the SSD does not wait for the remote.
+//! FLUSH of data that lives on the SSD does not wait for the remote. Every
+//! read and write is timed into the device's [`LinkMeter`], so the
+//! migrator knows the link's round trip and bandwidth.
 
 use std::io;
+use std::time::Instant;
 
-use crate::device::BlockDevice;
+use crate::device::{BlockDevice, LinkEstimate, LinkMeter};
 use crate::nbd::client::{Client, ClientError, ClientOptions, Target};
 
 /// The HDD tier on a remote NBD export.
 pub struct RemoteDevice {
     client: Client,
+    /// Round trip and bandwidth, measured on every read and write.
+    link: LinkMeter,
 }
 
 impl RemoteDevice {
@@ -22,7 +27,10 @@ impl RemoteDevice {
     pub fn connect(uri: &str, opts: ClientOptions) -> Result<RemoteDevice, ClientError> {
         let target = Target::parse(uri)?;
         let client = Client::connect(target, opts)?;
-        Ok(RemoteDevice { client })
+        Ok(RemoteDevice {
+            client,
+            link: LinkMeter::default(),
+        })
     }
 
     /// Whether the connection is up now.
@@ -37,11 +45,21 @@ impl BlockDevice for RemoteDevice {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        self.client.read_at(buf, offset)
+        let t = Instant::now();
+        self.client.read_at(buf, offset)?;
+        self.link.record(buf.len() as u64, t.elapsed());
+        Ok(())
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.client.write_at(buf, offset)
+        let t = Instant::now();
+        self.client.write_at(buf, offset)?;
+        self.link.record(buf.len() as u64, t.elapsed());
+        Ok(())
+    }
+
+    fn link(&self) -> Option<LinkEstimate> {
+        self.link.estimate()
     }
 
     fn sync(&self) -> io::Result<()> {

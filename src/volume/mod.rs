@@ -209,6 +209,11 @@ impl Volume {
         &self.meters[tier.index()]
     }
 
+    /// The HDD tier's link as measured, when it is remote.
+    pub fn hdd_link(&self) -> Option<crate::device::LinkEstimate> {
+        self.devices.get(Tier::Hdd).link()
+    }
+
     /// The volume's id.
     pub fn id(&self) -> Uuid {
         self.id

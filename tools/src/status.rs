@@ -146,6 +146,14 @@ pub fn print(s: &Status) {
         if p.backing_off { " (waiting now)" } else { "" },
         p.throttle_secs
     );
+    if let Some(l) = &p.capacity_link {
+        say!(
+            "capacity tier: remote, round trip {:.2} ms, {}/s measured; migration budget {}/s (half the link, at most the configured bandwidth)",
+            l.rtt_secs * 1e3,
+            human(l.bandwidth as u64),
+            human(p.budget)
+        );
+    }
     if let Some(e) = &s.evacuation {
         say!(
             "DRAINING the {}: {} of {} left{}; new data goes to the other tier (tierctl evacuate --cancel ends it)",
