@@ -74,6 +74,7 @@ die() {
         log "stopping the daemons started so far (set CEPH_KEEP_ON_FAILURE=1 to keep them)"
         stop_cluster || true
     fi
+    log "FAILED: $*"
     exit 1
 }
 

@@ -1,6 +1,6 @@
 //! The capacity tier on a remote NBD export (`hdd = nbd://…`), through a
-//! real `tierd serve` process with its HDD tier on nbdkit (file plugin) on
-//! 127.0.0.1, driven by qemu-io: data on both tiers survives a kill -9 of
+//! real `tierd serve` process with its HDD tier on nbdkit (file plugin) or
+//! qemu-nbd on 127.0.0.1, driven by qemu-io: data on both tiers survives a kill -9 of
 //! the daemon and reaches the remote's file; while the remote is away, stalls
 //! (nbdkit's pause filter) or fails reads (its error filter), data on the SSD
 //! keeps being served, requests that need the remote fail with EIO within
@@ -26,8 +26,13 @@ const LEN: u64 = 8 * MIB;
 
 /// A formatted volume whose HDD tier is `remote`, served by tierd.
 fn daemon_on(remote: &Nbdkit, dir: &Path, timeout: &str) -> Daemon {
+    daemon_on_uri(&remote.uri(), dir, timeout)
+}
+
+/// [`daemon_on`] any NBD URI.
+fn daemon_on_uri(uri: &str, dir: &Path, timeout: &str) -> Daemon {
     let mut opts = DaemonOptions::small();
-    opts.extra_args = format_on_remote(dir, &remote.uri(), "64MiB", "16MiB", "1MiB");
+    opts.extra_args = format_on_remote(dir, uri, "64MiB", "16MiB", "1MiB");
     opts.extra_args
         .extend(["--remote-timeout".into(), timeout.into()]);
     let d = Daemon::start_with(opts);
@@ -125,6 +130,40 @@ fn data_on_both_tiers_survives_kill9_and_lives_on_the_remote() {
         "the HDD tier's data is in nbdkit's file"
     );
     assert!(!remote_has(&hdd, 0x11), "the SSD's data is not");
+}
+
+/// qemu-nbd as the remote, with a named export.
+#[test]
+fn qemu_nbd_serves_the_hdd_tier() {
+    let dir = tempdir();
+    let hdd = dir.path().join("remote.img");
+    sparse_file(&hdd, 256 * MIB);
+    let port = free_port();
+    let mut qemu = Command::new(require("qemu-nbd"))
+        .args(["-f", "raw", "-t", "-x", "bulk", "-b", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .arg(&hdd)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("qemu-nbd");
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    }));
+    let mut d = daemon_on_uri(&format!("nbd://127.0.0.1:{port}/bulk"), dir.path(), "10s");
+    write(&d, SSD_AT, 0x71);
+    write(&d, HDD_AT, 0x72);
+    assert_eq!(placement_of(&d, HDD_AT), "hdd");
+    d.kill9();
+    d.restart();
+    check(&d, SSD_AT, 0x71).expect("SSD data after kill -9");
+    check(&d, HDD_AT, 0x72).expect("qemu-nbd's data after kill -9");
+    d.terminate();
+    let _ = qemu.kill();
+    let _ = qemu.wait();
+    assert!(
+        remote_has(&hdd, 0x72),
+        "the HDD tier's data is in qemu-nbd's file"
+    );
 }
 
 #[test]
