@@ -82,6 +82,18 @@ pub(super) fn describe() {
     describe_counter!("tierd_migration_errors_total", "Migrations that failed");
     describe_counter!("tierd_migration_rounds_total", "Migration planning rounds");
     describe_gauge!("tierd_migration_paused", "1 while migration is paused");
+    describe_gauge!(
+        "tierd_migration_budget_bytes_per_second",
+        "The copy budget in force (0: unlimited): migrate.bandwidth, or half a remote capacity tier's measured bandwidth when less"
+    );
+    describe_gauge!(
+        "tierd_capacity_link_rtt_seconds",
+        "A remote capacity tier's measured round trip (absent for a local HDD)"
+    );
+    describe_gauge!(
+        "tierd_capacity_link_bandwidth_bytes_per_second",
+        "A remote capacity tier's measured bandwidth (absent for a local HDD)"
+    );
     describe_gauge!("tierd_volume_capacity_bytes", "Logical size of the volume");
     describe_gauge!("tierd_tier_capacity_bytes", "Data slots of a tier in bytes");
     describe_gauge!("tierd_tier_used_bytes", "Bytes of mapped extents on a tier");
@@ -276,6 +288,11 @@ pub fn collect(live: &Live) {
     gauge!("tierd_migration_backing_off").set(flag(p.backing_off));
     gauge!("tierd_migration_bandwidth_bytes_per_second")
         .set(live.migrator.config().bandwidth.0 as f64);
+    gauge!("tierd_migration_budget_bytes_per_second").set(p.budget as f64);
+    if let Some(l) = &p.capacity_link {
+        gauge!("tierd_capacity_link_rtt_seconds").set(l.rtt_secs);
+        gauge!("tierd_capacity_link_bandwidth_bytes_per_second").set(l.bandwidth);
+    }
     let h = live.health();
     gauge!("tierd_degraded").set(flag(!h.problems.is_empty()));
     gauge!("tierd_health_problems").set(h.problems.len() as f64);
