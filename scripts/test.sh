@@ -26,9 +26,11 @@ fi
 section "Client tools"
 # Tools the integration tests run, and the Debian packages providing them
 # (rsvg-convert, of librsvg2-bin: bench/tests/charts_png.rs renders the
-# bench's charts to PNG).
-TOOLS=(nbdinfo nbdcopy nbdfuse qemu-img qemu-io fio nbdkit mkfs.ext4 e2fsck losetup fusermount3 mount umount sha256sum openssl rsvg-convert man)
-PACKAGES=(libnbd-bin nbdkit qemu-utils fio fuse3 e2fsprogs util-linux mount coreutils openssl librsvg2-bin man-db)
+# bench's charts to PNG; the Ceph daemons and librados2: tests/remote_tier.rs
+# starts a one-node cluster with scripts/ceph-single-node.sh for the RADOS
+# tier).
+TOOLS=(nbdinfo nbdcopy nbdfuse qemu-img qemu-io qemu-nbd fio nbdkit mkfs.ext4 e2fsck losetup fusermount3 mount umount sha256sum openssl rsvg-convert man rados ceph-mon ceph-mgr ceph-osd ceph-authtool)
+PACKAGES=(libnbd-bin nbdkit qemu-utils fio fuse3 e2fsprogs util-linux mount coreutils openssl librsvg2-bin man-db ceph-mon ceph-mgr ceph-osd ceph-common librados2)
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 missing=()
 for t in "${TOOLS[@]}"; do

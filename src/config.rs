@@ -504,8 +504,14 @@ impl Config {
                 "remote-tls-cert and remote-tls-key must be set together",
             ));
         }
+        if let Some(hdd) = self.hdd.as_ref().and_then(|p| p.to_str()) {
+            if crate::device::rados::is_rados_uri(hdd) {
+                crate::device::rados::RadosTarget::parse(hdd)
+                    .map_err(|e| InvalidKey::new("hdd", e))?;
+            }
+        }
         if let Some(ssd) = self.ssd.as_ref().and_then(|p| p.to_str()) {
-            if crate::nbd::client::is_uri(ssd) {
+            if crate::nbd::client::is_uri(ssd) || crate::device::rados::is_rados_uri(ssd) {
                 return Err(InvalidKey::new(
                     "ssd",
                     format!("{ssd} is a remote NBD export: the SSD must be a local device (only the HDD tier may be remote)"),

@@ -351,3 +351,132 @@ fn the_migration_budget_follows_the_measured_link() {
     let text = tierctl(&["status"]);
     assert!(text.contains("capacity tier: remote, round trip"), "{text}");
 }
+
+/// A single-node Ceph cluster (scripts/ceph-single-node.sh) in a temp
+/// directory, stopped on drop.
+struct Ceph {
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Ceph {
+    fn script() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/ceph-single-node.sh")
+    }
+
+    fn start() -> Ceph {
+        let c = Ceph {
+            dir: tempdir(),
+            port: free_port(),
+        };
+        c.up();
+        c
+    }
+
+    fn up(&self) {
+        run_ok_timeout(
+            Command::new(Self::script())
+                .arg("start")
+                .arg(self.dir.path().join("cluster"))
+                .env("CEPH_MON_PORT", self.port.to_string()),
+            Duration::from_secs(600),
+        );
+    }
+
+    fn down(&self) {
+        run_ok(
+            Command::new(Self::script())
+                .arg("stop")
+                .arg(self.dir.path().join("cluster")),
+        );
+    }
+
+    fn conf(&self) -> std::path::PathBuf {
+        self.dir.path().join("cluster/ceph.conf")
+    }
+}
+
+impl Drop for Ceph {
+    fn drop(&mut self) {
+        let _ = Command::new(Self::script())
+            .arg("stop")
+            .arg(self.dir.path().join("cluster"))
+            .output();
+    }
+}
+
+/// The HDD tier as objects in a RADOS pool (`hdd = rados://…`), on a
+/// single-node Ceph cluster (one monitor, one manager, one OSD on a file)
+/// on 127.0.0.1: data on both tiers survives kill -9, the remote's data is
+/// in the pool as one object per extent; while the cluster is down, SSD
+/// data is served and remote reads fail with EIO within the timeout; once
+/// it is back, everything reads again.
+#[test]
+fn a_rados_pool_serves_the_hdd_tier() {
+    let ceph = Ceph::start();
+    let dir = tempdir();
+    let uri = format!(
+        "rados://tierd/vol?conf={}&size=256MiB",
+        ceph.conf().display()
+    );
+    let mut d = daemon_on_uri(&uri, dir.path(), "3s");
+    assert!(
+        d.log().contains("the HDD tier is a RADOS pool"),
+        "{}",
+        d.log()
+    );
+    write(&d, SSD_AT, 0x81);
+    write(&d, HDD_AT, 0x82);
+    assert_eq!(placement_of(&d, HDD_AT), "hdd");
+    d.kill9();
+    d.restart();
+    check(&d, SSD_AT, 0x81).expect("SSD data after kill -9");
+    check(&d, HDD_AT, 0x82).expect("RADOS data after kill -9");
+
+    // One object per 1 MiB extent, named vol.<index>; the superblock area
+    // is object 0.
+    let rados = |args: &[&str]| {
+        run_ok(
+            Command::new(require("rados"))
+                .arg("-c")
+                .arg(ceph.conf())
+                .args(["-p", "tierd"])
+                .args(args),
+        )
+    };
+    let objects = rados(&["ls"]);
+    assert!(
+        objects.lines().any(|l| l == "vol.0000000000000000"),
+        "{objects}"
+    );
+    let n = objects.lines().filter(|l| l.starts_with("vol.")).count();
+    assert!(n >= 9, "{n} objects:\n{objects}");
+    let got = dir.path().join("obj");
+    let placed = run_ok(
+        Command::new(tierctl_bin())
+            .arg("--control")
+            .arg(d.data_dir().join("control.sock"))
+            .args(["--json", "explain", &HDD_AT.to_string()]),
+    );
+    let slot = serde_json::from_str::<serde_json::Value>(&placed).expect("explain JSON")["slot"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no slot in:\n{placed}"));
+    rados(&[
+        "get",
+        &format!("vol.{:016x}", slot + 1),
+        &got.display().to_string(),
+    ]);
+    assert!(remote_has(&got, 0x82), "the extent's object holds its data");
+
+    ceph.down();
+    check(&d, SSD_AT, 0x81).expect("SSD data while the cluster is down");
+    write(&d, SSD_AT, 0x83);
+    let t = Instant::now();
+    let e = check(&d, HDD_AT, 0x82).expect_err("RADOS data while the cluster is down");
+    assert!(e.contains("Input/output error"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    ceph.up();
+    check(&d, HDD_AT, 0x82).expect("RADOS data once the cluster is back");
+    check(&d, SSD_AT, 0x83).expect("SSD data");
+    d.terminate();
+}

@@ -5,15 +5,19 @@
 //! benchmarks ([`NullDevice`]), a wrapper that times every operation per
 //! operation and I/O class ([`MeteredDevice`]) and a wrapper that gives any device the timing
 //! of a modelled drive on a [`crate::clock::Clock`] ([`TimedDevice`], models
-//! in [`model`]), and the measured link of a remote tier ([`LinkMeter`]).
+//! in [`model`]), the HDD tier in a Ceph RADOS pool ([`rados`], librados
+//! loaded at run time), and the measured link of a remote tier
+//! ([`LinkMeter`]).
 
 mod fault;
 mod file;
+mod librados;
 mod link;
 mod mem;
 mod meter;
 pub mod model;
 mod null;
+pub mod rados;
 mod timed;
 
 pub use fault::{FaultDevice, FaultOp, FaultRule};

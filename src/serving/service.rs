@@ -121,6 +121,12 @@ fn remote_options(cfg: &Config) -> Result<crate::nbd::client::ClientOptions> {
 
 /// Open one device as the configuration says (O_DIRECT, a drive model).
 pub fn open_device(cfg: &Config, p: &Path, model: &Option<String>) -> Result<Arc<dyn BlockDevice>> {
+    if let Some(uri) = p.to_str().filter(|s| crate::device::rados::is_rados_uri(s)) {
+        let dev = crate::device::rados::RadosDevice::open(uri, cfg.remote_timeout)
+            .map_err(|e| ServiceError::Refused(format!("the RADOS capacity tier: {e}")))?;
+        info!(tier = %dev.name(), "the HDD tier is a RADOS pool");
+        return Ok(Arc::new(dev));
+    }
     let remote = p.to_str().filter(|s| crate::nbd::client::is_uri(s));
     let dev: Arc<dyn BlockDevice> = match remote {
         Some(uri) => Arc::new(
@@ -161,7 +167,10 @@ pub fn replace_ssd(
     if same_file(path, &cfg.hdd_path()) {
         return Err(format!("{} is the HDD", path.display()));
     }
-    if path.to_str().is_some_and(crate::nbd::client::is_uri) {
+    if path
+        .to_str()
+        .is_some_and(|s| crate::nbd::client::is_uri(s) || crate::device::rados::is_rados_uri(s))
+    {
         return Err(format!(
             "{} is a remote NBD export: the SSD must be a local device",
             path.display()
