@@ -764,9 +764,20 @@ struct Link {
 /// new connection.
 #[derive(Default)]
 struct Unflushed {
-    writes: Vec<(u64, u64, Arc<[u8]>)>,
+    writes: Vec<Kept>,
     bytes: usize,
     next_seq: u64,
+}
+
+/// A write kept for sending again. It is kept from before it is sent, so a
+/// reconnection that happens while it is in flight sends it too (before
+/// the caller's own retry: the same bytes, so the order does not matter).
+struct Kept {
+    seq: u64,
+    offset: u64,
+    data: Arc<[u8]>,
+    /// The server acknowledged it: a FLUSH sent from now on covers it.
+    acked: bool,
 }
 
 /// A pipelined NBD client of one export (see the module docs).
@@ -945,7 +956,7 @@ impl Client {
             .lock()
             .writes
             .iter()
-            .map(|(_, off, d)| (*off, d.clone()))
+            .map(|k| (k.offset, k.data.clone()))
             .collect();
         for (off, data) in &writes {
             for (o, piece) in self.pieces(*off, data.len()) {
@@ -1062,7 +1073,21 @@ impl Client {
                 format!("{} is read-only", self.target),
             ));
         }
-        for (o, n) in self.pieces(offset, buf.len()) {
+        let keep = self.export.flags & proto::FLAG_SEND_FLUSH != 0;
+        let seq = keep.then(|| {
+            let mut u = self.unflushed.lock();
+            let seq = u.next_seq;
+            u.next_seq += 1;
+            u.writes.push(Kept {
+                seq,
+                offset,
+                data: Arc::from(buf),
+                acked: false,
+            });
+            u.bytes += buf.len();
+            seq
+        });
+        let sent = self.pieces(offset, buf.len()).try_for_each(|(o, n)| {
             let start = (o - offset) as usize;
             self.call(
                 proto::CMD_WRITE,
@@ -1070,19 +1095,31 @@ impl Client {
                 n,
                 Some(&buf[start..start + n as usize]),
                 "a write",
-            )?;
-        }
-        if self.export.flags & proto::FLAG_SEND_FLUSH == 0 {
-            return Ok(());
-        }
+            )
+            .map(drop)
+        });
+        let Some(seq) = seq else {
+            return sent;
+        };
         let over = {
             let mut u = self.unflushed.lock();
-            let seq = u.next_seq;
-            u.next_seq += 1;
-            u.writes.push((seq, offset, Arc::from(buf)));
-            u.bytes += buf.len();
+            match &sent {
+                Ok(()) => {
+                    if let Some(k) = u.writes.iter_mut().find(|k| k.seq == seq) {
+                        k.acked = true;
+                    }
+                }
+                // A failed write is not sent again.
+                Err(_) => {
+                    if let Some(i) = u.writes.iter().position(|k| k.seq == seq) {
+                        let k = u.writes.remove(i);
+                        u.bytes -= k.data.len();
+                    }
+                }
+            }
             u.bytes > self.opts.max_unflushed
         };
+        sent?;
         if over {
             self.flush()?;
         }
@@ -1096,21 +1133,22 @@ impl Client {
             return Ok(());
         }
         let _one = self.flushing.lock();
-        let upto = {
+        // What this FLUSH covers: the writes acknowledged before it is sent.
+        let covered: Vec<u64> = {
             let u = self.unflushed.lock();
-            if u.writes.is_empty() {
-                return Ok(());
-            }
-            u.next_seq
+            u.writes.iter().filter(|k| k.acked).map(|k| k.seq).collect()
         };
+        if covered.is_empty() {
+            return Ok(());
+        }
         self.call(proto::CMD_FLUSH, 0, 0, None, "a flush")?;
         let mut u = self.unflushed.lock();
         let before = std::mem::take(&mut u.writes);
         u.writes = before
             .into_iter()
-            .filter(|(seq, _, _)| *seq >= upto)
+            .filter(|k| covered.binary_search(&k.seq).is_err())
             .collect();
-        u.bytes = u.writes.iter().map(|(_, _, d)| d.len()).sum();
+        u.bytes = u.writes.iter().map(|k| k.data.len()).sum();
         Ok(())
     }
 }
