@@ -14,10 +14,13 @@
 # nbd://127.0.0.1:RPORT`, 2 GiB written into it sequentially first (so the
 # region read lies on the remote). The region: 512 MiB at 1536 MiB; fio
 # randread 4 KiB, Zipf 0.99, through fio's nbd engine. The hybrid is read
-# for --warm seconds (default 60; per-second IOPS reported at 10 s, 30 s and
-# the last 10 s), then each client shape is measured for --measure seconds
+# for --warm seconds (default 120; per-second IOPS reported at 10 s, 30 s and
+# the last 10 s; 120 s is enough for the set to settle on the SSD here),
+# then each client shape is measured for --measure seconds
 # (default 20) on the hybrid and on the remote alone (the same nbdkit,
-# straight): one connection at QD 1, four connections at QD 1, one at QD 8.
+# straight): one connection at QD 1, four connections at QD 1, one at QD 8;
+# each row gives the IOPS ratio, the median latencies and their ratio, and
+# the bytes the migrator moved during the row.
 # `--order remote-first` measures the remote before the hybrid's warm-up.
 #
 # TIERD and TIERCTL name the binaries (default target/release/…); PORT and
@@ -27,7 +30,7 @@ TIERD=${TIERD:-target/release/tierd}
 TIERCTL=${TIERCTL:-target/release/tierctl}
 PORT=${PORT:-10951}
 RPORT=${RPORT:-10952}
-RTT=1ms WARM=60 MEASURE=20 SSD_MODEL="" ORDER=hybrid-first JSON=""
+RTT=1ms WARM=120 MEASURE=20 SSD_MODEL="" ORDER=hybrid-first JSON=""
 while [ $# -gt 0 ]; do
   case $1 in
     --rtt) RTT=$2; shift 2 ;;
@@ -94,6 +97,8 @@ remote_alone() {
 echo "filling 2 GiB through tierd (the read region ends up on the remote)" >&2
 fio --name=fill --ioengine=nbd --uri="nbd://127.0.0.1:$PORT" --rw=write --bs=1m --iodepth=8 \
   --size=2g --output="$DIR/fill.json" --output-format=json >/dev/null
+# The fill's dirty pages reach the disk now, not during the measurements.
+sync
 "$TIERCTL" --control "$DIR/control.sock" --json placement 1536MiB+512MiB >"$DIR/place.before.json"
 [ "$ORDER" = remote-first ] && remote_alone
 "$TIERCTL" --control "$DIR/control.sock" --json status >"$DIR/status.before.json"
@@ -103,7 +108,9 @@ fiorun warm "nbd://127.0.0.1:$PORT" 1 1 "$WARM"
 for s in "${SHAPES[@]}"; do
   set -- $s
   echo "hybrid: $1, ${MEASURE}s" >&2
+  "$TIERCTL" --control "$DIR/control.sock" --json status >"$DIR/status.before-$1.json"
   fiorun "hybrid-$1" "nbd://127.0.0.1:$PORT" "$2" "$3" "$MEASURE"
+  "$TIERCTL" --control "$DIR/control.sock" --json status >"$DIR/status.after-$1.json"
 done
 "$TIERCTL" --control "$DIR/control.sock" --json placement 1536MiB+512MiB >"$DIR/place.after.json"
 [ "$ORDER" = hybrid-first ] && remote_alone
@@ -140,11 +147,22 @@ print(f"remote {rtt} round trip; SSD {model or 'image file (page cache)'}; order
 print(f"region on the SSD: {rec['region_on_ssd_before']} before, {rec['region_on_ssd_after']} after; "
       f"warm-up QD 1: {rec['warm_iops_10s']} IOPS @10s, {rec['warm_iops_30s']} @30s, "
       f"{rec['warm_iops_last10']} last 10 s; promoted {rec['warm_promoted_mib']} MiB")
-print(f"{'client':<8} {'hybrid':>9} {'remote':>9} {'ratio':>7}")
+def lat(name):
+    j = json.load(open(f"{d}/{name}.json"))["jobs"][0]["read"]["clat_ns"]
+    return j["percentile"]["50.000000"] / 1000, j["mean"] / 1000
+def moved(shape):
+    b = json.load(open(f"{d}/status.before-{shape}.json"))["migration"]
+    a = json.load(open(f"{d}/status.after-{shape}.json"))["migration"]
+    return (a["promoted_bytes"] - b["promoted_bytes"] + a["demoted_bytes"] - b["demoted_bytes"]) >> 20
+print(f"{'client':<8} {'hybrid':>9} {'remote':>9} {'ratio':>7} {'p50 us hyb/rem':>16} {'p50 ratio':>9} {'moved MiB':>9}")
 for shape in ["qd1", "conns4", "qd8"]:
     h, r = iops(f"hybrid-{shape}"), iops(f"remote-{shape}")
-    rec["rows"].append({"client": shape, "hybrid_iops": round(h), "remote_iops": round(r), "ratio": round(h / r, 1)})
-    print(f"{shape:<8} {h:>9.0f} {r:>9.0f} {h / r:>6.1f}x")
+    (hp, _), (rp, _) = lat(f"hybrid-{shape}"), lat(f"remote-{shape}")
+    m = moved(shape)
+    rec["rows"].append({"client": shape, "hybrid_iops": round(h), "remote_iops": round(r), "ratio": round(h / r, 1),
+                        "hybrid_p50_us": round(hp, 1), "remote_p50_us": round(rp, 1), "p50_ratio": round(rp / hp, 1),
+                        "moved_during_mib": m})
+    print(f"{shape:<8} {h:>9.0f} {r:>9.0f} {h / r:>6.1f}x {hp:>7.0f}/{rp:<8.0f} {rp / hp:>8.1f}x {m:>9}")
 if out:
     json.dump(rec, open(out, "w"), indent=1)
 print(f"logs: {d}")
