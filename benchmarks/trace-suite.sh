@@ -2,10 +2,11 @@
 # The trace suite: the four generated shapes (tierd trace generate: zipf,
 # shift, scan-hot, database) and any traces given, replayed by `tierd bench
 # --trace` in virtual time on the hybrid, a pure SSD and a pure HDD, beside
-# LRU, LFU, ARC, an smq-like policy and the offline optimum. Prints one row
-# per trace: the SSD read-hit share of each, the hybrid's against the
-# optimum and against the best of LRU, ARC and smq-like (the issue's
-# targets: >= 0.95 and >= 0), and migration bytes per host byte.
+# LRU, LFU, ARC, an smq-like policy, the popularity oracle and the offline
+# optimum. Prints one row per trace: the SSD read-hit share of each, the
+# hybrid's against the optimum, the oracle's against the optimum (the most
+# an online policy gets on independent references), the hybrid's against
+# the best of LRU, ARC and smq-like, and migration bytes per host byte.
 #
 #   benchmarks/trace-suite.sh [--ssd-size SIZE] [--hdd-size SIZE]
 #                             [--requests N] [--out DIR] [TRACE...]
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
     --hdd-size) HDD=$2; shift 2 ;;
     --requests) REQUESTS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "trace-suite.sh: unknown argument $1" >&2; exit 2 ;;
     *) TRACES+=("$1"); shift ;;
   esac
@@ -44,7 +45,7 @@ for t in "${TRACES[@]}"; do ARGS+=(--trace "$t"); done
 jq -r '
   [.findings[] | select(.suite == "trace")] as $f
   | ($f | map(.name | split("/")[0]) | unique) as $traces
-  | ["trace", "hybrid", "lru", "lfu", "arc", "smq", "optimal", "hyb/opt", "hyb-best", "hyb-mig", "lru-mig"],
+  | ["trace", "hybrid", "lru", "lfu", "arc", "smq", "popular", "optimal", "hyb/opt", "pop/opt", "hyb-best", "hyb-mig", "lru-mig"],
     ($traces[] as $t
       | def v($n): ($f[] | select(.name == ($t + "/" + $n)) | .value);
         def note($n): ($f[] | select(.name == ($t + "/" + $n)) | .note);
@@ -53,8 +54,10 @@ jq -r '
          (v("lfu-read-hit-share") | . * 1000 | round / 1000),
          (v("arc-read-hit-share") | . * 1000 | round / 1000),
          (v("smq-read-hit-share") | . * 1000 | round / 1000),
+         (v("popular-read-hit-share") | . * 1000 | round / 1000),
          (v("optimal-read-hit-share") | . * 1000 | round / 1000),
          (v("hybrid-vs-optimal") | . * 100 | round / 100),
+         (v("popular-vs-optimal") | . * 100 | round / 100),
          (v("hybrid-minus-best-classic") | . * 1000 | round / 1000),
          (v("hybrid-migration-per-host-byte") | . * 100 | round / 100),
          (note("lru-read-hit-share") | capture("migration (?<m>[0-9.]+)").m)])

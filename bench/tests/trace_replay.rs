@@ -90,7 +90,7 @@ fn a_generated_trace_replays_on_every_target_beside_the_policies() {
         assert_eq!(p["errors"], 0, "{p}");
     }
     let mut shares = Vec::new();
-    for policy in ["hybrid", "lru", "lfu", "arc", "smq", "optimal"] {
+    for policy in ["hybrid", "lru", "lfu", "arc", "smq", "popular", "optimal"] {
         let s = finding(&r, &format!("zipf/{policy}-read-hit-share"));
         assert!((0.0..=1.0).contains(&s), "{policy}: {s}");
         shares.push((policy, s));

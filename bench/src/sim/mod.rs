@@ -4,7 +4,7 @@
 //! owns the trace reduction (requests to unit references), the byte
 //! accounting every policy shares, [`simulate`] and [`curve`]; each policy
 //! lives in its own submodule ([`lru`], [`lfu`], [`arc`], [`smq`],
-//! [`optimal`]).
+//! [`popular`], [`optimal`]).
 //!
 //! **Model.** The volume is cut into units of [`SimConfig::unit`] bytes
 //! (tierd's extent, 1 MiB by default); the SSD holds
@@ -32,7 +32,10 @@
 //!
 //! **Policies.** Demand policies serve hits and decide on misses: LRU, LFU
 //! (with aging) and ARC admit every missed unit, reads and writes alike;
-//! smq admits by its promotion rule. The optimum is offline: it knows the
+//! smq admits by its promotion rule. The popularity oracle knows how often
+//! each unit will be read (not when) and keeps the most read ones: the
+//! ceiling of any online policy on a trace of independent references. The
+//! optimum is offline: it knows the
 //! future and maximises read hits (a write can always land on flash in
 //! tierd, so writes do not need their unit resident); it may bypass, and
 //! admits a unit no earlier than its last reference before a read. Its
@@ -52,6 +55,7 @@ pub mod lfu;
 mod list;
 pub mod lru;
 pub mod optimal;
+pub mod popular;
 pub mod smq;
 
 #[cfg(test)]
@@ -88,6 +92,10 @@ pub enum PolicyKind {
     Arc,
     /// A simplified dm-cache stochastic multiqueue (v1 promotion rule).
     Smq,
+    /// The popularity oracle: the units most read over the whole trace,
+    /// kept from their first reference (the online ceiling under
+    /// independent references).
+    Popular,
     /// The offline optimum for read hits (Belady with bypass and lazy
     /// admission).
     Optimal,
@@ -95,21 +103,23 @@ pub enum PolicyKind {
 
 impl PolicyKind {
     /// Every policy, the optimum last.
-    pub const ALL: [PolicyKind; 5] = [
+    pub const ALL: [PolicyKind; 6] = [
         PolicyKind::Lru,
         PolicyKind::Lfu,
         PolicyKind::Arc,
         PolicyKind::Smq,
+        PolicyKind::Popular,
         PolicyKind::Optimal,
     ];
 
-    /// Its name: `lru`, `lfu`, `arc`, `smq`, `optimal`.
+    /// Its name: `lru`, `lfu`, `arc`, `smq`, `popular`, `optimal`.
     pub fn name(&self) -> &'static str {
         match self {
             PolicyKind::Lru => "lru",
             PolicyKind::Lfu => "lfu",
             PolicyKind::Arc => "arc",
             PolicyKind::Smq => "smq",
+            PolicyKind::Popular => "popular",
             PolicyKind::Optimal => "optimal",
         }
     }
@@ -123,7 +133,7 @@ impl fmt::Display for PolicyKind {
 
 /// A policy name [`PolicyKind::from_str`] does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {0:?}; policies: lru, lfu, arc, smq, optimal")]
+#[error("unknown policy {0:?}; policies: lru, lfu, arc, smq, popular, optimal")]
 pub struct UnknownPolicy(pub String);
 
 impl FromStr for PolicyKind {
@@ -241,6 +251,7 @@ fn run(kind: PolicyKind, capacity: u64, trace: &Trace) -> SimResult {
             PolicyKind::Lfu => lfu::run(capacity, trace, &mut led),
             PolicyKind::Arc => arc::run(capacity, trace, &mut led),
             PolicyKind::Smq => smq::run(capacity, trace, &mut led),
+            PolicyKind::Popular => popular::run(capacity, trace, &mut led),
             PolicyKind::Optimal => optimal::run(capacity, trace, &mut led),
         }
     }

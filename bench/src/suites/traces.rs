@@ -206,6 +206,21 @@ impl Bench {
             "ratio",
             format!("read-hit share against the offline optimum's {optimal:.3} (target >= 0.95)"),
         );
+        let popular = read_of(PolicyKind::Popular);
+        self.finding(
+            suite,
+            &format!("{case}/popular-vs-optimal"),
+            if optimal > 0.0 {
+                popular / optimal
+            } else {
+                0.0
+            },
+            "ratio",
+            format!(
+                "the popularity oracle's {popular:.3} against the optimum: the most an online \
+                 policy gets on independent references"
+            ),
+        );
         self.finding(
             suite,
             &format!("{case}/hybrid-minus-best-classic"),
