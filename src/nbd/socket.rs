@@ -1,5 +1,6 @@
 //! The socket side of the threaded transmission loop: [`Sock`], a plain
-//! TCP or Unix socket in blocking mode; its reading half under the
+//! TCP or Unix socket in blocking mode (the remote client's stream too);
+//! its reading half under the
 //! reader's buffer ([`Capped`], which after a long WRITE receives one
 //! request header at a time and polls briefly for the next request before
 //! it sleeps, see [`Poll`]; and [`receive`], which takes a long payload
@@ -51,6 +52,20 @@ impl Sock {
             Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
             Sock::Unix(s) => Sock::Unix(s.try_clone()?),
         })
+    }
+
+    /// Time out blocking receives and sends after `t` (`None`: never).
+    pub(super) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+            Sock::Unix(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+        }
     }
 
     /// Whether bytes wait to be read, asked without waiting and without

@@ -12,86 +12,36 @@ use parking_lot::Mutex;
 use tokio_rustls::rustls;
 use tracing::warn;
 
-use super::proto;
+pub(super) use super::super::socket::Sock;
+use super::{proto, ClientError, Endpoint, Target, MAX_OPTION_REPLY, MAX_REQUEST};
 
-use super::{ClientError, Endpoint, Target, MAX_OPTION_REPLY, MAX_REQUEST};
-
-/// A TCP or Unix stream.
-pub(super) enum Sock {
-    Tcp(TcpStream),
-    Unix(UnixStream),
+/// Shut `sock` down both ways, waking a thread blocked on it.
+pub(super) fn close(sock: &Sock) {
+    // Already shut down or closed: nothing more to do.
+    let _ = sock.shutdown(Shutdown::Both);
 }
 
-impl Sock {
-    fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Sock> {
-        match endpoint {
-            Endpoint::Tcp(addr) => {
-                let mut last = io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "the host name resolves to no address",
-                );
-                for a in addr.to_socket_addrs()? {
-                    match TcpStream::connect_timeout(&a, timeout) {
-                        Ok(s) => {
-                            s.set_nodelay(true)?;
-                            return Ok(Sock::Tcp(s));
-                        }
-                        Err(e) => last = e,
+/// Open a plain stream to `endpoint` (TCP with Nagle off, or a Unix
+/// socket), trying each address the host name resolves to.
+fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Sock> {
+    match endpoint {
+        Endpoint::Tcp(addr) => {
+            let mut last = io::Error::new(
+                io::ErrorKind::NotFound,
+                "the host name resolves to no address",
+            );
+            for a in addr.to_socket_addrs()? {
+                match TcpStream::connect_timeout(&a, timeout) {
+                    Ok(s) => {
+                        s.set_nodelay(true)?;
+                        return Ok(Sock::Tcp(s));
                     }
+                    Err(e) => last = e,
                 }
-                Err(last)
             }
-            Endpoint::Unix(p) => UnixStream::connect(p).map(Sock::Unix),
+            Err(last)
         }
-    }
-
-    pub(super) fn try_clone(&self) -> io::Result<Sock> {
-        match self {
-            Sock::Tcp(s) => s.try_clone().map(Sock::Tcp),
-            Sock::Unix(s) => s.try_clone().map(Sock::Unix),
-        }
-    }
-
-    pub(super) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Sock::Tcp(s) => {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            }
-            Sock::Unix(s) => {
-                s.set_read_timeout(t)?;
-                s.set_write_timeout(t)
-            }
-        }
-    }
-
-    pub(super) fn shutdown(&self) {
-        // Already shut down or closed: nothing more to do.
-        let _ = match self {
-            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
-            Sock::Unix(s) => s.shutdown(Shutdown::Both),
-        };
-    }
-}
-
-impl Read for Sock {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => s.read(buf),
-            Sock::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Sock {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => s.write(buf),
-            Sock::Unix(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        Endpoint::Unix(p) => UnixStream::connect(p).map(Sock::Unix),
     }
 }
 
@@ -131,7 +81,7 @@ pub(super) fn handshake(
             },
         }
     };
-    let mut s = Sock::connect(&target.endpoint, timeout).map_err(io_err)?;
+    let mut s = connect(&target.endpoint, timeout).map_err(io_err)?;
     s.set_timeouts(Some(timeout)).map_err(io_err)?;
     let mut greeting = [0u8; 18];
     s.read_exact(&mut greeting).map_err(io_err)?;

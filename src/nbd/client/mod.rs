@@ -35,7 +35,7 @@ use tracing::{info, warn};
 
 use super::proto;
 
-use connect::{handshake, Export, Sock};
+use connect::{close, handshake, Export, Sock};
 pub use target::{is_uri, Endpoint, Target};
 
 /// The port NBD servers listen on unless told otherwise.
@@ -178,7 +178,7 @@ impl Conn {
             in_flight = slots.len(),
             "connection to the remote capacity tier lost"
         );
-        self.ctl.shutdown();
+        close(&self.ctl);
         for s in slots.into_values() {
             s.finish(Outcome::Lost);
         }
@@ -678,7 +678,7 @@ impl Drop for Client {
             // A polite disconnect; the reader thread ends when the socket closes.
             let req = self.request(proto::CMD_DISC, 0, 0);
             let _ = c.writer.lock().write_all(&proto::encode_request(&req));
-            c.ctl.shutdown();
+            close(&c.ctl);
         }
     }
 }
