@@ -68,6 +68,15 @@ impl Sock {
         }
     }
 
+    /// Time out blocking sends after `t` (`None`: never); receives keep
+    /// theirs.
+    pub(super) fn set_send_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_write_timeout(t),
+            Sock::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
     /// Whether bytes wait to be read, asked without waiting and without
     /// the socket's lock (a receive would take it, against the kernel
     /// delivering the data); an interrupted ask says no.

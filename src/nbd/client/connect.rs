@@ -176,7 +176,7 @@ pub(super) fn handshake(
                 let why = match t {
                     proto::REP_ERR_UNKNOWN => format!("no such export ({msg})"),
                     proto::REP_ERR_TLS_REQD => format!(
-                        "the server requires TLS, which this client does not speak yet ({msg})"
+                        "the server requires TLS: use an nbds:// address and set remote-tls-ca ({msg})"
                     ),
                     proto::REP_ERR_UNSUP => {
                         format!("the server does not support NBD_OPT_GO ({msg})")

@@ -335,7 +335,7 @@ impl Client {
             opts.tls.as_ref(),
             ATTEMPT_TIMEOUT.min(opts.timeout),
         )?;
-        let conn = Self::start_conn(&target, sock)?;
+        let conn = Self::start_conn(&target, sock, opts.timeout)?;
         info!(remote = %target, size = export.size, flags = format!("{:#x}", export.flags), "connected to the remote capacity tier");
         Ok(Client {
             target,
@@ -354,11 +354,21 @@ impl Client {
         })
     }
 
-    fn start_conn(target: &Target, sock: Sock) -> Result<Arc<Conn>, ClientError> {
+    fn start_conn(
+        target: &Target,
+        sock: Sock,
+        timeout: Duration,
+    ) -> Result<Arc<Conn>, ClientError> {
         let io_err = |source| ClientError::Io {
             target: target.to_string(),
             source,
         };
+        // A server that stops reading must not hold a sender (and every
+        // thread behind the writer's lock) forever: a send that cannot go
+        // out within the request timeout fails and the connection is left.
+        // Receives have no timeout: the reader waits for replies, and a
+        // request with none within its deadline shuts the socket down.
+        sock.set_send_timeout(Some(timeout)).map_err(io_err)?;
         let reader = sock.try_clone().map_err(io_err)?;
         let ctl = sock.try_clone().map_err(io_err)?;
         let conn = Arc::new(Conn {
@@ -469,7 +479,8 @@ impl Client {
                 self.export.size, export.size
             ));
         }
-        let conn = Self::start_conn(&self.target, sock).map_err(|e| e.to_string())?;
+        let conn =
+            Self::start_conn(&self.target, sock, self.opts.timeout).map_err(|e| e.to_string())?;
         let writes: Vec<(u64, Arc<[u8]>)> = self
             .unflushed
             .lock()
@@ -660,7 +671,17 @@ impl Client {
         if covered.is_empty() {
             return Ok(());
         }
-        self.call(proto::CMD_FLUSH, 0, 0, None, "a flush")?;
+        if let Err(e) = self.call(proto::CMD_FLUSH, 0, 0, None, "a flush") {
+            // A server whose flush failed may have dropped the data it
+            // could not make durable (a failed fsync leaves the pages
+            // clean), so a later flush on this connection could succeed
+            // without them. Leave it: the next request reconnects and sends
+            // every kept write again before anything else.
+            if let Some(c) = self.link.lock().current.as_ref() {
+                c.kill("a flush failed");
+            }
+            return Err(e);
+        }
         let mut u = self.unflushed.lock();
         let before = std::mem::take(&mut u.writes);
         u.writes = before
