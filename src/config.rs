@@ -514,7 +514,7 @@ impl Config {
             if crate::nbd::client::is_uri(ssd) || crate::device::rados::is_rados_uri(ssd) {
                 return Err(InvalidKey::new(
                     "ssd",
-                    format!("{ssd} is a remote NBD export: the SSD must be a local device (only the HDD tier may be remote)"),
+                    format!("{ssd} is remote storage: the SSD must be a local device (only the HDD tier may be remote)"),
                 ));
             }
         }

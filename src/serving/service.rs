@@ -172,7 +172,7 @@ pub fn replace_ssd(
         .is_some_and(|s| crate::nbd::client::is_uri(s) || crate::device::rados::is_rados_uri(s))
     {
         return Err(format!(
-            "{} is a remote NBD export: the SSD must be a local device",
+            "{} is remote storage: the SSD must be a local device",
             path.display()
         ));
     }
