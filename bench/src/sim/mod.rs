@@ -408,6 +408,11 @@ impl Ledger {
         }
     }
 
+    /// Unit `id` is on the SSD.
+    pub(crate) fn is_resident(&self, id: usize) -> bool {
+        self.resident[id]
+    }
+
     /// Unit `id` was written while resident and not copied back since.
     pub(crate) fn is_dirty(&self, id: usize) -> bool {
         self.dirty[id]

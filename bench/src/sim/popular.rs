@@ -22,13 +22,11 @@ use super::{Ledger, Trace};
 /// Run the oracle with `capacity` (≥ 1) units over `trace`.
 pub(crate) fn run(capacity: u64, trace: &Trace, led: &mut Ledger) {
     let chosen = top_by_reads(capacity, trace);
-    let mut resident = vec![false; trace.units.len()];
     for r in &trace.refs {
-        let hit = resident[r.id];
+        let hit = led.is_resident(r.id);
         led.access(r, hit);
         if !hit && chosen[r.id] {
             led.admit(r);
-            resident[r.id] = true;
         }
     }
 }

@@ -195,14 +195,11 @@ impl Bench {
             .map(read_of)
             .fold(0.0, f64::max);
         let optimal = read_of(PolicyKind::Optimal);
+        let vs_optimal = |share: f64| if optimal > 0.0 { share / optimal } else { 0.0 };
         self.finding(
             suite,
             &format!("{case}/hybrid-vs-optimal"),
-            if optimal > 0.0 {
-                hyb_read / optimal
-            } else {
-                0.0
-            },
+            vs_optimal(hyb_read),
             "ratio",
             format!("read-hit share against the offline optimum's {optimal:.3} (target >= 0.95)"),
         );
@@ -210,11 +207,7 @@ impl Bench {
         self.finding(
             suite,
             &format!("{case}/popular-vs-optimal"),
-            if optimal > 0.0 {
-                popular / optimal
-            } else {
-                0.0
-            },
+            vs_optimal(popular),
             "ratio",
             format!(
                 "the popularity oracle's {popular:.3} against the optimum: the most an online \
