@@ -123,6 +123,8 @@ pub enum Reason {
     Writeback,
     /// Moved off a tier the operator is draining (`tierctl evacuate`).
     Evacuate,
+    /// Brought up by a read that missed flash (admission at the miss).
+    Admit,
 }
 
 impl Reason {
@@ -138,12 +140,13 @@ impl Reason {
             Reason::Manual => "manual",
             Reason::Writeback => "writeback",
             Reason::Evacuate => "evacuate",
+            Reason::Admit => "admit",
         }
     }
 }
 
 /// Reasons in counter order.
-pub const REASONS: [Reason; 9] = [
+pub const REASONS: [Reason; 10] = [
     Reason::Hot,
     Reason::Near,
     Reason::Cold,
@@ -153,6 +156,7 @@ pub const REASONS: [Reason; 9] = [
     Reason::Manual,
     Reason::Writeback,
     Reason::Evacuate,
+    Reason::Admit,
 ];
 
 /// How long the thread reading an NBD connection's next request polls for

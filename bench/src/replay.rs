@@ -250,6 +250,8 @@ pub fn execute(
             let end = p.own_now().max(t0 + MIN_REQUEST);
             m.record(start, t0, end, len);
             last_end = last_end.max(end);
+            p.set_own_now(end);
+            target.after();
         }
         // The run lasts until its last request completed: an overloaded
         // target finishes long after the trace's last arrival.

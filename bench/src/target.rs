@@ -34,6 +34,9 @@ pub trait Target: Send + Sync {
     fn volume(&self) -> Option<&Arc<Volume>> {
         None
     }
+    /// Work that follows an answered request (the hybrid's admission at
+    /// the miss); its device time falls after the request's completion.
+    fn after(&self) {}
 }
 
 /// The tiered volume.
@@ -62,6 +65,12 @@ impl Target for Hybrid {
 
     fn volume(&self) -> Option<&Arc<Volume>> {
         Some(&self.0)
+    }
+
+    fn after(&self) {
+        if let Err(e) = tierd::migrate::admit_pending(&self.0) {
+            tracing::warn!("admission: {e}");
+        }
     }
 }
 
@@ -304,6 +313,8 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                         m.bg_ops += 1;
                         m.bg_bytes += req.len;
                     }
+                    p.set_own_now(done);
+                    target.after();
                     heap.push(Reverse((done, w)));
                 }
                 finished.store(run.qd, Ordering::Release);
@@ -354,6 +365,7 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                                     m.bg_ops += 1;
                                     m.bg_bytes += req.len;
                                 }
+                                target.after();
                             }
                             m
                         })

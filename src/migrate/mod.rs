@@ -1,12 +1,14 @@
-//! Background migration: the placement [`policy`], a [`bucket`] to pace
+//! Background migration: admission at the miss ([`admit`]), the placement [`policy`], a [`bucket`] to pace
 //! background I/O, and the [`worker`] that plans rounds and moves extents
 //! with the crash-safe copy protocol ([`copy`]) over the volume's move steps.
 
+pub mod admit;
 pub mod bucket;
 pub mod copy;
 pub mod policy;
 pub mod worker;
 
+pub use admit::{admit_pending, Admitted};
 pub use bucket::TokenBucket;
 #[cfg(feature = "failpoints")]
 pub use copy::arm_crash_after;

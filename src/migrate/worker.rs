@@ -35,6 +35,11 @@ use crate::volume::{MoveOutcome, Stats, Tier, Volume};
 pub struct MigrateConfig {
     /// Run the background migrator at all.
     pub enabled: bool,
+    /// Admission at the miss: a read that misses flash brings its extent
+    /// up right after it is answered (`migrate::admit`). The background
+    /// policy then makes no read-driven promotions of its own (hot, near)
+    /// and keeps the reserve, write-back, pre-cleaning and pins.
+    pub admission: bool,
     /// Time between planning rounds.
     #[serde(with = "crate::units::duration_secs")]
     pub interval: Duration,
@@ -77,6 +82,7 @@ impl Default for MigrateConfig {
     fn default() -> Self {
         MigrateConfig {
             enabled: true,
+            admission: false,
             interval: Duration::from_secs(1),
             bandwidth: ByteSize(128 << 20),
             reserve_boost: 2.0,
@@ -242,6 +248,8 @@ pub struct Migrator {
 pub struct MigratorHandle {
     tx: mpsc::Sender<Signal>,
     thread: Option<JoinHandle<()>>,
+    /// The admitting thread and its stop flag.
+    admit: Option<(Arc<std::sync::atomic::AtomicBool>, JoinHandle<()>)>,
 }
 
 enum Signal {
@@ -259,6 +267,10 @@ impl MigratorHandle {
     pub fn stop(mut self) {
         let _ = self.tx.send(Signal::Stop);
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some((stop, t)) = self.admit.take() {
+            stop.store(true, Ordering::Relaxed);
             let _ = t.join();
         }
     }
@@ -410,6 +422,13 @@ impl Migrator {
         let _class = IoClass::Background.enter();
         let cfg = self.config();
         let vol = &self.vol;
+        vol.set_admission(cfg.admission);
+        // What admission left waiting (no admitting thread, or a burst).
+        if cfg.admission && !self.paused() {
+            if let Err(e) = super::admit::admit_pending(vol) {
+                warn!("admission: {e}");
+            }
+        }
         let now = vol.clock().now();
         self.heat.tick(now);
         self.rounds.fetch_add(1, Ordering::Relaxed);
@@ -482,7 +501,14 @@ impl Migrator {
             // slots than the reserve (see `Volume::migrate_batch`).
             shadows: vol.shadows_enabled() && hdd_free > 2 * spare,
         };
-        let moves = plan(&cfg.policy, &input);
+        let mut policy = cfg.policy;
+        if cfg.admission {
+            // Reads place their data at the miss; the background only
+            // keeps the reserve, pins and evacuations.
+            policy.promote_min_score = f32::INFINITY;
+            policy.zone_extents = 0;
+        }
+        let moves = plan(&policy, &input);
         report.planned = moves.len();
         report.truncated = moves.len() >= cfg.policy.max_moves;
         let p = &self.progress;
@@ -802,10 +828,41 @@ impl Migrator {
         let thread = std::thread::Builder::new()
             .name("tierd-migrate".into())
             .spawn(move || me.thread_main(rx))?;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (me, flag) = (self.clone(), stop.clone());
+        let admit = std::thread::Builder::new()
+            .name("tierd-admit".into())
+            .spawn(move || me.admit_main(&flag))?;
         Ok(MigratorHandle {
             tx,
             thread: Some(thread),
+            admit: Some((stop, admit)),
         })
+    }
+
+    /// The admitting thread: brings up each extent a read missed as soon
+    /// as it is noted (the read was answered first), until stopped.
+    fn admit_main(&self, stop: &std::sync::atomic::AtomicBool) {
+        let _class = IoClass::Background.enter();
+        while !stop.load(Ordering::Relaxed) {
+            if !self.vol.wait_admissions(Duration::from_millis(200)) {
+                continue;
+            }
+            let cfg = self.config();
+            if !cfg.enabled || !cfg.admission || self.paused() {
+                // Not now: the next miss notes them again.
+                self.vol.take_admissions();
+                continue;
+            }
+            match catch_unwind(AssertUnwindSafe(|| super::admit::admit_pending(&self.vol))) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    Stats::add(&self.vol.stats().migration_errors, 1);
+                    warn!("admission: {e}");
+                }
+                Err(_) => error!("admission panicked; it goes on with the next miss"),
+            }
+        }
     }
 
     fn thread_main(&self, rx: mpsc::Receiver<Signal>) {

@@ -209,6 +209,11 @@ impl Volume {
             self.hdd_foreground_now();
         }
         self.heat.record(offset, len, hint);
+        if tier == Tier::Ssd {
+            self.note_hit(p.extent);
+        } else if hint.seq_run <= self.heat.sequential_cutoff() {
+            self.note_miss(p.extent);
+        }
         Stats::add(&self.stats.read_hits[i], 1);
         Stats::add(&self.stats.read_hit_bytes[i], len);
         Stats::add(&self.stats.dev_reads[i], 1);
@@ -236,6 +241,8 @@ impl Volume {
         let _inflight = InFlight::new(&self.inflight);
         let (mut hits, mut ops, mut bytes, mut unmapped) = ([0u64; 2], [0u64; 2], [0u64; 2], 0u64);
         let (mut hit_bytes, mut unmapped_bytes) = ([0u64; 2], 0u64);
+        // HDD extents this read missed, noted for admission once it is done.
+        let mut misses: Vec<u64> = Vec::new();
         for p in self.pieces(offset, buf.len() as u64) {
             let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
             let lock = self.slot_lock(p.extent);
@@ -248,6 +255,11 @@ impl Volume {
             };
             let t = m.loc.tier.index();
             hits[t] += 1;
+            if m.loc.tier == Tier::Ssd {
+                self.note_hit(p.extent);
+            } else if wait && hint.seq_run <= self.heat.sequential_cutoff() {
+                misses.push(p.extent);
+            }
             let mut read = |part: &mut [u8], tier: Tier, at: u64| -> Option<VolumeResult<()>> {
                 let dev = self.devices.get(tier);
                 let timed = wait && tier == Tier::Hdd;
@@ -311,6 +323,9 @@ impl Volume {
         }
         Stats::add(&self.stats.read_unmapped, unmapped);
         Stats::add(&self.stats.read_unmapped_bytes, unmapped_bytes);
+        for e in misses {
+            self.note_miss(e);
+        }
         Some(Ok(()))
     }
 

@@ -6,6 +6,7 @@
 //! metadata store; [`Volume::open`] checks that the devices and the store
 //! belong together and loads the extent map into memory.
 
+mod admit;
 mod alloc;
 mod error;
 mod extent;
@@ -22,6 +23,7 @@ mod stats;
 mod superblock;
 mod write;
 
+pub use admit::Class as AdmitClass;
 pub use error::{VolumeError, VolumeResult};
 pub use io::AllocRun;
 pub use log::LogUsage;
@@ -195,6 +197,8 @@ pub struct Volume {
     hdd_latency: io::Latency,
     /// When the HDD last served foreground I/O (ns on the volume's clock).
     hdd_fg_at: std::sync::atomic::AtomicU64,
+    /// Admission at the miss: its order and its candidates.
+    admission: admit::Admission,
     /// Counters for metrics.
     stats: Stats,
 }

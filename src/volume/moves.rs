@@ -394,9 +394,15 @@ impl Volume {
                     }
                 }
             }
-            let keep = goal == Goal::Ssd && shadows && hdd_free > spare;
+            // An admission keeps it while the HDD has any free slot: it is
+            // how the admitted extent makes way again for free, and the
+            // slot was the extent's own. On a full HDD the slot goes to
+            // the victim the admission swaps with.
+            let keep = goal == Goal::Ssd
+                && shadows
+                && (hdd_free > spare || (it.reason == Reason::Admit && hdd_free > 0));
             if keep {
-                hdd_free -= 1;
+                hdd_free = hdd_free.saturating_sub(1);
             }
             it.keep = keep;
             self.shape(&mut it, goal, keep);
@@ -613,6 +619,12 @@ impl Volume {
                     }
                     *m = it.after.clone();
                     gen.fetch_add(1, Ordering::AcqRel);
+                    if m.loc.tier == Tier::Ssd && it.reason != Reason::Admit {
+                        // Placed by another path: the admission order
+                        // covers it too (an admission queues its own).
+                        self.admission
+                            .arrived(it.extent, super::admit::Class::Small);
+                    }
                     if m.shadow.is_some() {
                         self.clean_shadows.store(true, Ordering::Relaxed);
                     }

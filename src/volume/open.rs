@@ -38,6 +38,8 @@ pub struct VolumeOptions {
     pub write_log: bool,
     /// Promotions keep the HDD slot as a clean shadow.
     pub shadows: bool,
+    /// Read misses bring their extent to the SSD (see `volume::admit`).
+    pub admission: bool,
 }
 
 impl Default for VolumeOptions {
@@ -47,6 +49,7 @@ impl Default for VolumeOptions {
             clock: Arc::new(SystemClock::default()),
             write_log: true,
             shadows: true,
+            admission: false,
         }
     }
 }
@@ -340,7 +343,7 @@ impl Volume {
         if let Some(raw) = store.get(HEAT_KEY)? {
             heat.restore(&raw);
         }
-        Ok(Volume {
+        let vol = Volume {
             geo,
             id,
             devices: super::DeviceSlots::new(devices),
@@ -374,8 +377,13 @@ impl Volume {
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
             hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
+            admission: super::admit::Admission::new(logical, opts.admission),
             stats: Stats::default(),
-        })
+        };
+        if vol.admission_enabled() {
+            vol.seed_admission();
+        }
+        Ok(vol)
     }
 }
 

@@ -56,6 +56,9 @@ impl Volume {
         if loc.tier == Tier::Hdd && order[0] == Tier::Ssd {
             Stats::add(&self.stats.spills, 1);
         }
+        if loc.tier == Tier::Ssd {
+            self.admission.arrived(extent, super::admit::Class::Small);
+        }
         Ok(loc)
     }
 
@@ -207,48 +210,68 @@ impl Volume {
             return Ok(0);
         }
         let mut done = 0;
-        let at = self.clock.unix_secs();
         for extent in found {
             if done == max {
                 break;
             }
-            let Some(mut guard) = self.map[extent as usize].try_write() else {
-                continue;
-            };
-            let Some(m) = guard.as_mut() else { continue };
-            if !clean(m) {
-                continue;
+            if self.demote_clean(extent, crate::units::Reason::Reserve)? {
+                done += 1;
             }
-            let Some(s) = m.shadow.as_ref() else { continue };
-            let ssd = m.loc;
-            let home = super::Mapping::plain(
-                Loc {
-                    tier: Tier::Hdd,
-                    slot: s.slot,
-                },
-                m.written.clone(),
-            );
-            self.store.put_extent(extent, &home.encode())?;
-            *m = home;
-            drop(guard);
-            self.bump(extent);
-            self.mark_meta_dirty();
-            self.alloc.free_deferred(ssd);
-            self.stats
-                .migrated(Tier::Hdd, crate::units::Reason::Reserve, 0);
-            Stats::add(&self.stats.free_demotions, 1);
-            self.moves.lock().insert(
-                extent,
-                super::MoveRecord {
-                    at,
-                    from: Tier::Ssd,
-                    to: Tier::Hdd,
-                    reason: crate::units::Reason::Reserve,
-                },
-            );
-            done += 1;
         }
         Ok(done)
+    }
+
+    /// Demote SSD extent `extent` by a mapping change alone, if its HDD
+    /// shadow is clean and nobody holds it right now: the shadow becomes
+    /// its home, the SSD slot is free after the next flush. Returns whether
+    /// it left.
+    pub(crate) fn demote_clean(
+        &self,
+        extent: u64,
+        reason: crate::units::Reason,
+    ) -> VolumeResult<bool> {
+        let blocks = self.geo.blocks_per_extent();
+        let Some(lock) = self.map.get(extent as usize) else {
+            return Ok(false);
+        };
+        let Some(mut guard) = lock.try_write() else {
+            return Ok(false);
+        };
+        let Some(m) = guard.as_mut() else {
+            return Ok(false);
+        };
+        if m.loc.tier != Tier::Ssd || !m.shadow_clean(blocks) {
+            return Ok(false);
+        }
+        let Some(s) = m.shadow.as_ref() else {
+            return Ok(false);
+        };
+        let ssd = m.loc;
+        let home = super::Mapping::plain(
+            Loc {
+                tier: Tier::Hdd,
+                slot: s.slot,
+            },
+            m.written.clone(),
+        );
+        self.store.put_extent(extent, &home.encode())?;
+        *m = home;
+        drop(guard);
+        self.bump(extent);
+        self.mark_meta_dirty();
+        self.alloc.free_deferred(ssd);
+        self.stats.migrated(Tier::Hdd, reason, 0);
+        Stats::add(&self.stats.free_demotions, 1);
+        self.moves.lock().insert(
+            extent,
+            super::MoveRecord {
+                at: self.clock.unix_secs(),
+                from: Tier::Ssd,
+                to: Tier::Hdd,
+                reason,
+            },
+        );
+        Ok(true)
     }
 
     /// Discard (`zero == false`) or zero (`zero == true`) a range. Whole

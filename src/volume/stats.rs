@@ -59,6 +59,12 @@ pub struct Stats {
     pub written_back_blocks: AtomicU64,
     /// Demotions that wrote nothing: the extent's shadow was clean.
     pub free_demotions: AtomicU64,
+    /// Extents brought up by a read that missed flash.
+    pub admissions: AtomicU64,
+    /// Missed extents not noted because enough were waiting.
+    pub admissions_dropped: AtomicU64,
+    /// Admissions given up: no SSD extent could leave for free.
+    pub admissions_no_room: AtomicU64,
     /// Blocks a demotion did not have to write thanks to its shadow.
     pub shadow_saved_blocks: AtomicU64,
     /// Blocks a promotion copied again at its commit because a write

@@ -137,6 +137,15 @@ impl Volume {
         let mut logged = true;
         for p in self.pieces(offset, data.len() as u64) {
             logged &= self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
+            // A write that found its extent on the HDD missed flash too:
+            // admission brings the extent up (with what the log took).
+            let on_hdd = self
+                .slot_lock(p.extent)
+                .try_read()
+                .is_some_and(|g| g.as_ref().is_some_and(|m| m.loc.tier == Tier::Hdd));
+            if on_hdd && hint.seq_run <= self.heat.sequential_cutoff() {
+                self.note_miss(p.extent);
+            }
         }
         // A write the SSD log took earns no heat: it needs no promotion to
         // run at flash speed (and promoting on write heat would put

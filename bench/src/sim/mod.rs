@@ -1,5 +1,5 @@
 //! Placement simulators: what the classic policies (LRU, LFU, ARC, an
-//! smq-like multiqueue) and the offline optimum would get on a block trace
+//! smq-like multiqueue, S3-FIFO) and the offline optimum would get on a block trace
 //! for a given SSD size, to judge tierd's own policy against. This module
 //! owns the trace reduction (requests to unit references), the byte
 //! accounting every policy shares, [`simulate`] and [`curve`]; each policy
@@ -56,6 +56,7 @@ mod list;
 pub mod lru;
 pub mod optimal;
 pub mod popular;
+pub mod s3;
 pub mod smq;
 
 #[cfg(test)]
@@ -92,6 +93,8 @@ pub enum PolicyKind {
     Arc,
     /// A simplified dm-cache stochastic multiqueue (v1 promotion rule).
     Smq,
+    /// S3-FIFO over read misses (tierd's admission order).
+    S3fifo,
     /// The popularity oracle: the units most read over the whole trace,
     /// kept from their first reference (the online ceiling under
     /// independent references).
@@ -103,11 +106,12 @@ pub enum PolicyKind {
 
 impl PolicyKind {
     /// Every policy, the optimum last.
-    pub const ALL: [PolicyKind; 6] = [
+    pub const ALL: [PolicyKind; 7] = [
         PolicyKind::Lru,
         PolicyKind::Lfu,
         PolicyKind::Arc,
         PolicyKind::Smq,
+        PolicyKind::S3fifo,
         PolicyKind::Popular,
         PolicyKind::Optimal,
     ];
@@ -119,6 +123,7 @@ impl PolicyKind {
             PolicyKind::Lfu => "lfu",
             PolicyKind::Arc => "arc",
             PolicyKind::Smq => "smq",
+            PolicyKind::S3fifo => "s3fifo",
             PolicyKind::Popular => "popular",
             PolicyKind::Optimal => "optimal",
         }
@@ -251,6 +256,7 @@ fn run(kind: PolicyKind, capacity: u64, trace: &Trace) -> SimResult {
             PolicyKind::Lfu => lfu::run(capacity, trace, &mut led),
             PolicyKind::Arc => arc::run(capacity, trace, &mut led),
             PolicyKind::Smq => smq::run(capacity, trace, &mut led),
+            PolicyKind::S3fifo => s3::run(capacity, trace, &mut led),
             PolicyKind::Popular => popular::run(capacity, trace, &mut led),
             PolicyKind::Optimal => optimal::run(capacity, trace, &mut led),
         }

@@ -1,0 +1,121 @@
+//! Admission at the miss, the copying side: takes the extents reads missed
+//! on the HDD (noted by the volume, see `volume::admit` for the order) and
+//! brings each up with the crash-safe copy protocol right after its read
+//! was answered, while the HDD's head is still there: one extent's read
+//! and write, no seek of its own. The HDD slot stays as a clean shadow, so
+//! the extent can make way again by a mapping change.
+//!
+//! Runs on whoever calls [`admit_pending`]: the daemon's admission thread
+//! (woken by each noted miss, [`crate::migrate::Migrator::spawn`]), the
+//! benchmark after each request, and every migration round for what is
+//! left.
+
+use crate::units::Reason;
+use crate::volume::{MoveOutcome, Tier, Volume, VolumeResult};
+
+use super::copy;
+
+/// What one call of [`admit_pending`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// Extents brought up.
+    pub moved: u64,
+    /// Bytes copied for them.
+    pub bytes: u64,
+    /// Candidates given up: no room, raced by a write, or already there.
+    pub skipped: u64,
+}
+
+/// Admit the extents waiting, oldest first. A device or store error ends
+/// the call (the extents not yet tried are dropped: the next miss notes
+/// them again).
+pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
+    let mut done = Admitted::default();
+    for extent in vol.take_admissions() {
+        if vol.mapping(extent).is_none_or(|m| m.loc.tier != Tier::Hdd) {
+            done.skipped += 1;
+            continue;
+        }
+        let room = make_room(vol)?;
+        if matches!(room, Room::None) {
+            done.skipped += 1;
+            continue;
+        }
+        let class = vol.admission_class(extent);
+        let out = copy::migrate_batch(vol, &[(extent, Reason::Admit)], Tier::Ssd, &mut |_| {})?;
+        if let Room::Swap(victim) = room {
+            finish_swap(vol, victim)?;
+        }
+        match out.first() {
+            Some((_, MoveOutcome::Moved(n))) => {
+                vol.admitted(extent, class);
+                done.moved += 1;
+                done.bytes += n;
+            }
+            _ => done.skipped += 1,
+        }
+    }
+    Ok(done)
+}
+
+/// The second half of a swap: demote `victim` into the HDD slot the
+/// admission gave up (or put it back in the order if it cannot go).
+fn finish_swap(vol: &Volume, victim: u64) -> VolumeResult<()> {
+    let out = copy::migrate_batch(vol, &[(victim, Reason::Cold)], Tier::Hdd, &mut |_| {})?;
+    if !matches!(out.first(), Some((_, MoveOutcome::Moved(_)))) {
+        vol.admission_requeue(victim);
+    }
+    Ok(())
+}
+
+/// Evictions one admission may make before it gives up (a victim that
+/// raced a write leaves nothing free).
+const EVICT_TRIES: usize = 4;
+
+/// How an admission gets its SSD slot.
+enum Room {
+    /// A free slot is there.
+    Free,
+    /// A swap on a full HDD: the admission borrows a reserve slot and gives
+    /// up its HDD slot, into which this victim is then demoted.
+    Swap(u64),
+    /// None: give up.
+    None,
+}
+
+/// A free SSD slot for one admission: above the reserve if there is one,
+/// else the slot of an extent evicted for it in the volume's order (the
+/// reserve is no smaller than before; the reserve keeper restores it as
+/// before). A victim without a clean HDD copy is demoted with one.
+fn make_room(vol: &Volume) -> VolumeResult<Room> {
+    if vol.admission_has_room()? {
+        return Ok(Room::Free);
+    }
+    let before = vol.free_slots(Tier::Ssd);
+    for _ in 0..EVICT_TRIES {
+        match vol.admission_evict()? {
+            Err(()) => return Ok(Room::None),
+            Ok(None) => {
+                // Its slot is free once the eviction is durable.
+                vol.flush()?;
+            }
+            Ok(Some(dirty)) => {
+                let out =
+                    copy::migrate_batch(vol, &[(dirty, Reason::Cold)], Tier::Hdd, &mut |_| {})?;
+                match out.first() {
+                    Some((_, MoveOutcome::Moved(_))) => {}
+                    Some((_, MoveOutcome::NoRoom))
+                        if vol.free_slots(Tier::Hdd) == 0 && vol.free_slots(Tier::Ssd) > 0 =>
+                    {
+                        return Ok(Room::Swap(dirty));
+                    }
+                    _ => vol.admission_requeue(dirty),
+                }
+            }
+        }
+        if vol.free_slots(Tier::Ssd) > before {
+            return Ok(Room::Free);
+        }
+    }
+    Ok(Room::None)
+}
