@@ -169,7 +169,8 @@ impl Volume {
             .max(1) as usize
     }
 
-    /// Queue every SSD extent (at open), in extent order.
+    /// Queue every SSD extent, in extent order (when admission is turned
+    /// on, and when every queued entry was dropped).
     pub(crate) fn seed_admission(&self) {
         for (i, e) in self.map.iter().enumerate() {
             if e.read().as_ref().is_some_and(|m| m.loc.tier == Tier::Ssd) {
@@ -178,16 +179,25 @@ impl Volume {
         }
     }
 
+    /// Whether the I/O paths note a miss of a request with `hint`: admission
+    /// is on and the request is not part of a sequential stream past the
+    /// cutoff. One relaxed load while admission is off (hits are noted
+    /// whenever it is on).
+    pub(crate) fn admission_notes(&self, hint: crate::units::IoHint) -> bool {
+        self.admission_enabled() && hint.seq_run <= self.heat.sequential_cutoff()
+    }
+
     /// A read of `extent` was served from the SSD.
     pub(crate) fn note_hit(&self, extent: u64) {
         self.admission.hit(extent);
     }
 
-    /// A read of `extent` missed flash (its data is on the HDD): note it as
-    /// a candidate, unless admission is off, the extent is pinned to the
-    /// HDD, the tier is drained, or enough are waiting.
+    /// A request to `extent` missed flash (its data is on the HDD): note it
+    /// as a candidate, unless the extent is pinned to the HDD, a tier is
+    /// drained, or enough are waiting. Callers ask
+    /// [`Volume::admission_notes`] first.
     pub(crate) fn note_miss(&self, extent: u64) {
-        if !self.admission_enabled() || self.evacuating().is_some() {
+        if self.evacuating().is_some() {
             return;
         }
         if self.pin_of(extent) == Some(Tier::Hdd) {

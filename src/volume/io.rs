@@ -209,9 +209,9 @@ impl Volume {
             self.hdd_foreground_now();
         }
         self.heat.record(offset, len, hint);
-        if tier == Tier::Ssd {
+        if tier == Tier::Ssd && self.admission_enabled() {
             self.note_hit(p.extent);
-        } else if hint.seq_run <= self.heat.sequential_cutoff() {
+        } else if tier == Tier::Hdd && self.admission_notes(hint) {
             self.note_miss(p.extent);
         }
         Stats::add(&self.stats.read_hits[i], 1);
@@ -242,6 +242,7 @@ impl Volume {
         let (mut hits, mut ops, mut bytes, mut unmapped) = ([0u64; 2], [0u64; 2], [0u64; 2], 0u64);
         let (mut hit_bytes, mut unmapped_bytes) = ([0u64; 2], 0u64);
         // HDD extents this read missed, noted for admission once it is done.
+        let (hits_on, misses_on) = (self.admission_enabled(), self.admission_notes(hint));
         let mut misses: Vec<u64> = Vec::new();
         for p in self.pieces(offset, buf.len() as u64) {
             let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
@@ -256,8 +257,10 @@ impl Volume {
             let t = m.loc.tier.index();
             hits[t] += 1;
             if m.loc.tier == Tier::Ssd {
-                self.note_hit(p.extent);
-            } else if wait && hint.seq_run <= self.heat.sequential_cutoff() {
+                if hits_on {
+                    self.note_hit(p.extent);
+                }
+            } else if misses_on && wait {
                 misses.push(p.extent);
             }
             let mut read = |part: &mut [u8], tier: Tier, at: u64| -> Option<VolumeResult<()>> {

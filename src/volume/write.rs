@@ -135,15 +135,17 @@ impl Volume {
         self.check(offset, data.len() as u64)?;
         let _inflight = InFlight::new(&self.inflight);
         let mut logged = true;
+        let notes = self.admission_notes(hint);
         for p in self.pieces(offset, data.len() as u64) {
             logged &= self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
             // A write that found its extent on the HDD missed flash too:
             // admission brings the extent up (with what the log took).
-            let on_hdd = self
-                .slot_lock(p.extent)
-                .try_read()
-                .is_some_and(|g| g.as_ref().is_some_and(|m| m.loc.tier == Tier::Hdd));
-            if on_hdd && hint.seq_run <= self.heat.sequential_cutoff() {
+            if notes
+                && self
+                    .slot_lock(p.extent)
+                    .try_read()
+                    .is_some_and(|g| g.as_ref().is_some_and(|m| m.loc.tier == Tier::Hdd))
+            {
                 self.note_miss(p.extent);
             }
         }
