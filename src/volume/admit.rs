@@ -28,7 +28,7 @@
 //! writes.
 //!
 //! SSD extents placed by other paths (new writes, background promotions,
-//! and every SSD extent at open) join the small FIFO, so one order covers
+//! and every SSD extent when admission is turned on) join the small FIFO, so one order covers
 //! the whole SSD. Entries whose extent left the SSD by another path are
 //! dropped when the hand reaches them.
 
@@ -83,13 +83,13 @@ pub enum Class {
 }
 
 impl Admission {
-    pub(crate) fn new(extents: u64, enabled: bool) -> Self {
+    pub(crate) fn new(extents: u64) -> Self {
         Admission {
             state: (0..extents).map(|_| AtomicU8::new(0)).collect(),
             q: Mutex::new(Queues::default()),
             pending: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
-            enabled: AtomicBool::new(enabled),
+            enabled: AtomicBool::new(false),
         }
     }
 
@@ -171,7 +171,7 @@ impl Volume {
 
     /// Queue every SSD extent, in extent order (when admission is turned
     /// on, and when every queued entry was dropped).
-    pub(crate) fn seed_admission(&self) {
+    fn seed_admission(&self) {
         for (i, e) in self.map.iter().enumerate() {
             if e.read().as_ref().is_some_and(|m| m.loc.tier == Tier::Ssd) {
                 self.admission.arrived(i as u64, Class::Small);

@@ -38,8 +38,6 @@ pub struct VolumeOptions {
     pub write_log: bool,
     /// Promotions keep the HDD slot as a clean shadow.
     pub shadows: bool,
-    /// Read misses bring their extent to the SSD (see `volume::admit`).
-    pub admission: bool,
 }
 
 impl Default for VolumeOptions {
@@ -49,7 +47,6 @@ impl Default for VolumeOptions {
             clock: Arc::new(SystemClock::default()),
             write_log: true,
             shadows: true,
-            admission: false,
         }
     }
 }
@@ -343,7 +340,7 @@ impl Volume {
         if let Some(raw) = store.get(HEAT_KEY)? {
             heat.restore(&raw);
         }
-        let vol = Volume {
+        Ok(Volume {
             geo,
             id,
             devices: super::DeviceSlots::new(devices),
@@ -377,13 +374,10 @@ impl Volume {
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
             hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
-            admission: super::admit::Admission::new(logical, opts.admission),
+            // Off until the migrator's `migrate.admission` turns it on.
+            admission: super::admit::Admission::new(logical),
             stats: Stats::default(),
-        };
-        if vol.admission_enabled() {
-            vol.seed_admission();
-        }
-        Ok(vol)
+        })
     }
 }
 
