@@ -27,6 +27,10 @@
 //!    touched recently). Data next to what is in use replaces data next to
 //!    nothing in use, never warm data, so prefetch cannot churn.
 //!
+//! Rules 3 and 4 are read-driven: with admission at the miss on
+//! ([`PlanInput::admission`]) reads place their data themselves, and the
+//! planner keeps only the pins and the reserve.
+//!
 //! Effective heat is `score * min(1, coverage / dense-blocks)`: an extent
 //! touched in one stray block counts for a fraction of one touched densely.
 //!
@@ -220,6 +224,9 @@ pub struct PlanInput {
     /// Promotions keep a clean HDD copy (shadows on, the HDD has room):
     /// what they borrow from the reserve comes back by a mapping change.
     pub shadows: bool,
+    /// Admission at the miss is on (`migrate::admit`): no promotions for
+    /// heat (rule 3) and no prefetch (rule 4).
+    pub admission: bool,
 }
 
 /// Effective heat: score weighted by how densely the extent is used.
@@ -325,7 +332,8 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         .candidates
         .iter()
         .filter(|c| {
-            c.tier == Tier::Hdd
+            !input.admission
+                && c.tier == Tier::Hdd
                 && c.pin.is_none()
                 && eff(c) >= cfg.promote_min_score
                 && c.recurrence >= CAME_BACK
@@ -384,7 +392,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     }
 
     // 4. Neighbourhood prefetch.
-    if cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
+    if !input.admission && cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
         let z = u64::from(cfg.zone_extents);
         // Activity of a zone: separate runs of recently touched extents. A
         // sequential stream's first few MiB (which earn heat before the
@@ -619,7 +627,28 @@ mod tests {
             group: 1,
             protect: 0,
             shadows: false,
+            admission: false,
         }
+    }
+
+    #[test]
+    fn with_admission_on_heat_promotes_nothing_but_the_reserve_is_kept() {
+        let cfg = PolicyConfig::default();
+        let mut hot = c(1, Tier::Hdd, 20.0);
+        hot.recurrence = 10.0;
+        let mut inp = input(vec![hot, c(2, Tier::Ssd, 0.5)], 0, 1);
+        inp.admission = true;
+        let p = plan(&cfg, &inp);
+        assert!(p.iter().all(|m| m.to == Tier::Hdd), "{p:?}");
+        assert!(
+            p.iter()
+                .any(|m| m.extent == 2 && m.reason == Reason::Reserve),
+            "{p:?}"
+        );
+        inp.admission = false;
+        assert!(plan(&cfg, &inp)
+            .iter()
+            .any(|m| m.extent == 1 && m.to == Tier::Ssd));
     }
 
     #[test]

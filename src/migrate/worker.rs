@@ -500,15 +500,9 @@ impl Migrator {
             // A promotion keeps its HDD copy while the HDD has more free
             // slots than the reserve (see `Volume::migrate_batch`).
             shadows: vol.shadows_enabled() && hdd_free > 2 * spare,
+            admission: cfg.admission,
         };
-        let mut policy = cfg.policy;
-        if cfg.admission {
-            // Reads place their data at the miss; the background only
-            // keeps the reserve, pins and evacuations.
-            policy.promote_min_score = f32::INFINITY;
-            policy.zone_extents = 0;
-        }
-        let moves = plan(&policy, &input);
+        let moves = plan(&cfg.policy, &input);
         report.planned = moves.len();
         report.truncated = moves.len() >= cfg.policy.max_moves;
         let p = &self.progress;
