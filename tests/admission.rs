@@ -14,12 +14,19 @@ use tierd::volume::{MoveStep, Tier};
 /// Slots in the bed: 8 SSD + 16 HDD.
 const SLOTS: u64 = 24;
 
-#[test]
-fn a_read_miss_brings_its_extent_up_with_a_clean_shadow() {
+/// A bed of 8 SSD slots (2 reserved) and 16 HDD slots, its volume with
+/// admission on, and a byte model of the volume.
+fn admitting_bed() -> (Bed, std::sync::Arc<tierd::volume::Volume>, Vec<u8>) {
     let bed = Bed::new(8, 16, 2);
     let vol = bed.open();
     vol.set_admission(true);
-    let mut model = model_of(&vol);
+    let model = model_of(&vol);
+    (bed, vol, model)
+}
+
+#[test]
+fn a_read_miss_brings_its_extent_up_with_a_clean_shadow() {
+    let (bed, vol, mut model) = admitting_bed();
     hdd_extent(&vol, &mut model, 3, 0, &pattern(3, EXTENT as usize));
     // Off: a miss notes nothing.
     vol.set_admission(false);
@@ -51,11 +58,8 @@ fn a_read_miss_brings_its_extent_up_with_a_clean_shadow() {
 
 #[test]
 fn a_full_ssd_makes_room_in_fifo_order_and_never_loses_data() {
-    // 8 SSD slots, 2 reserved: 6 for data.
-    let bed = Bed::new(8, 16, 2);
-    let vol = bed.open();
-    vol.set_admission(true);
-    let mut model = model_of(&vol);
+    // 6 SSD slots for data.
+    let (bed, vol, mut model) = admitting_bed();
     for e in 0..10u64 {
         hdd_extent(&vol, &mut model, e, 0, &pattern(100 + e, EXTENT as usize));
     }
@@ -97,10 +101,7 @@ fn a_full_ssd_makes_room_in_fifo_order_and_never_loses_data() {
 
 #[test]
 fn a_write_during_an_admission_is_kept() {
-    let bed = Bed::new(8, 16, 2);
-    let vol = bed.open();
-    vol.set_admission(true);
-    let mut model = model_of(&vol);
+    let (bed, vol, mut model) = admitting_bed();
     hdd_extent(&vol, &mut model, 2, 0, &pattern(2, EXTENT as usize));
     let mut buf = vec![0u8; 4096];
     vol.read(2 * EXTENT, &mut buf).expect("read");
@@ -128,10 +129,7 @@ const STEPS: [MoveStep; 5] = [
 ];
 
 fn crash_during_admission(step: MoveStep, power_cut: bool) {
-    let bed = Bed::new(8, 16, 2);
-    let vol = bed.open();
-    vol.set_admission(true);
-    let mut model = model_of(&vol);
+    let (bed, vol, mut model) = admitting_bed();
     hdd_extent(&vol, &mut model, 5, 0, &pattern(5, EXTENT as usize));
     // A logged write too: the admission takes it along.
     put(&vol, &mut model, 5 * EXTENT + 4096, &pattern(6, 4096));

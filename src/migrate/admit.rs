@@ -11,7 +11,7 @@
 //! left.
 
 use crate::units::Reason;
-use crate::volume::{MoveOutcome, Tier, Volume, VolumeResult};
+use crate::volume::{Eviction, MoveOutcome, Tier, Volume, VolumeResult};
 
 use super::copy;
 
@@ -61,11 +61,17 @@ pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
 /// The second half of a swap: demote `victim` into the HDD slot the
 /// admission gave up (or put it back in the order if it cannot go).
 fn finish_swap(vol: &Volume, victim: u64) -> VolumeResult<()> {
-    let out = copy::migrate_batch(vol, &[(victim, Reason::Cold)], Tier::Hdd, &mut |_| {})?;
-    if !matches!(out.first(), Some((_, MoveOutcome::Moved(_)))) {
+    if !matches!(demote(vol, victim)?, MoveOutcome::Moved(_)) {
         vol.admission_requeue(victim);
     }
     Ok(())
+}
+
+/// Demote an eviction victim with a copy, one pass of the protocol (a
+/// write racing it leaves it where it is: `Raced`).
+fn demote(vol: &Volume, victim: u64) -> VolumeResult<MoveOutcome> {
+    let out = copy::migrate_batch(vol, &[(victim, Reason::Cold)], Tier::Hdd, &mut |_| {})?;
+    Ok(out.first().map_or(MoveOutcome::Skipped, |(_, o)| *o))
 }
 
 /// Evictions one admission may make before it gives up (a victim that
@@ -94,24 +100,20 @@ fn make_room(vol: &Volume) -> VolumeResult<Room> {
     let before = vol.free_slots(Tier::Ssd);
     for _ in 0..EVICT_TRIES {
         match vol.admission_evict()? {
-            Err(()) => return Ok(Room::None),
-            Ok(None) => {
+            Eviction::Nothing => return Ok(Room::None),
+            Eviction::Freed => {
                 // Its slot is free once the eviction is durable.
                 vol.flush()?;
             }
-            Ok(Some(dirty)) => {
-                let out =
-                    copy::migrate_batch(vol, &[(dirty, Reason::Cold)], Tier::Hdd, &mut |_| {})?;
-                match out.first() {
-                    Some((_, MoveOutcome::Moved(_))) => {}
-                    Some((_, MoveOutcome::NoRoom))
-                        if vol.free_slots(Tier::Hdd) == 0 && vol.free_slots(Tier::Ssd) > 0 =>
-                    {
-                        return Ok(Room::Swap(dirty));
-                    }
-                    _ => vol.admission_requeue(dirty),
+            Eviction::Dirty(dirty) => match demote(vol, dirty)? {
+                MoveOutcome::Moved(_) => {}
+                MoveOutcome::NoRoom
+                    if vol.free_slots(Tier::Hdd) == 0 && vol.free_slots(Tier::Ssd) > 0 =>
+                {
+                    return Ok(Room::Swap(dirty));
                 }
-            }
+                _ => vol.admission_requeue(dirty),
+            },
         }
         if vol.free_slots(Tier::Ssd) > before {
             return Ok(Room::Free);

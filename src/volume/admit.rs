@@ -73,6 +73,18 @@ struct Queues {
     ghost_set: HashSet<u64>,
 }
 
+/// What [`Volume::admission_evict`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// The victim left by a mapping change; its slot is free after the
+    /// next flush.
+    Freed,
+    /// The victim has no clean HDD copy: the caller demotes it with one.
+    Dirty(u64),
+    /// No extent could leave.
+    Nothing,
+}
+
 /// Where an admitted extent goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -293,18 +305,17 @@ impl Volume {
     }
 
     /// Evict one extent for an admission, in S3-FIFO order: by a mapping
-    /// change if its HDD copy is clean (`Ok(None)`; its slot is free after
-    /// the next flush), else it is handed back (`Ok(Some(extent))`) for
-    /// the caller to demote with a copy. `Err` when nothing could leave.
-    pub fn admission_evict(&self) -> VolumeResult<Result<Option<u64>, ()>> {
+    /// change if its HDD copy is clean, else it is handed back for the
+    /// caller to demote with a copy.
+    pub fn admission_evict(&self) -> VolumeResult<Eviction> {
         let Some((victim, clean)) = self.admission_victim() else {
             Stats::add(&self.stats.admissions_no_room, 1);
-            return Ok(Err(()));
+            return Ok(Eviction::Nothing);
         };
         if clean && self.demote_clean(victim, crate::units::Reason::Cold)? {
-            return Ok(Ok(None));
+            return Ok(Eviction::Freed);
         }
-        Ok(Ok(Some(victim)))
+        Ok(Eviction::Dirty(victim))
     }
 
     /// The next SSD extent S3-FIFO evicts, taken out of its queue, and
