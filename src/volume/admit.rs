@@ -32,7 +32,7 @@
 //! the whole SSD. Entries whose extent left the SSD by another path are
 //! dropped when the hand reaches them.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::{Condvar, Mutex};
@@ -69,8 +69,13 @@ pub(crate) struct Admission {
 struct Queues {
     small: VecDeque<u64>,
     main: VecDeque<u64>,
-    ghost: VecDeque<u64>,
-    ghost_set: HashSet<u64>,
+    /// The ghost FIFO: ids with the sequence number they were remembered
+    /// under; an entry whose number is no longer the id's in `ghost_seq`
+    /// was forgotten (a ghost hit) and is skipped, so forgetting is O(1).
+    ghost: VecDeque<(u64, u64)>,
+    /// Ids the ghost remembers, and their current sequence number.
+    ghost_seq: HashMap<u64, u64>,
+    next_seq: u64,
 }
 
 /// What [`Volume::admission_evict`] did.
@@ -147,13 +152,27 @@ impl Admission {
     }
 
     fn remember(q: &mut Queues, extent: u64, cap: usize) {
-        if q.ghost_set.insert(extent) {
-            q.ghost.push_back(extent);
+        if !q.ghost_seq.contains_key(&extent) {
+            let seq = q.next_seq;
+            q.next_seq += 1;
+            q.ghost_seq.insert(extent, seq);
+            q.ghost.push_back((extent, seq));
         }
-        while q.ghost.len() > cap.max(1) {
-            if let Some(g) = q.ghost.pop_front() {
-                q.ghost_set.remove(&g);
+        while q.ghost_seq.len() > cap.max(1) {
+            let Some((g, seq)) = q.ghost.pop_front() else {
+                break;
+            };
+            if q.ghost_seq.get(&g) == Some(&seq) {
+                q.ghost_seq.remove(&g);
             }
+        }
+        if q.ghost.len() > 2 * cap.max(1) {
+            // Forgotten entries past the live ones: drop them all at once
+            // (amortised over as many ghost hits as the ghost holds).
+            let Queues {
+                ghost, ghost_seq, ..
+            } = q;
+            ghost.retain(|(g, seq)| ghost_seq.get(g) == Some(seq));
         }
     }
 }
@@ -264,10 +283,7 @@ impl Volume {
     /// remembers it (and forgets it now), else the small one.
     pub fn admission_class(&self, extent: u64) -> Class {
         let mut q = self.admission.q.lock();
-        if q.ghost_set.remove(&extent) {
-            if let Some(i) = q.ghost.iter().position(|g| *g == extent) {
-                q.ghost.remove(i);
-            }
+        if q.ghost_seq.remove(&extent).is_some() {
             Class::Main
         } else {
             Class::Small
