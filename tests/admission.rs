@@ -174,3 +174,34 @@ fn a_crash_after_each_step_of_an_admission_as_a_power_cut() {
         crash_during_admission(step, true);
     }
 }
+
+#[test]
+fn a_scan_is_remembered_on_its_first_pass_and_admitted_on_its_second() {
+    use tierd::units::IoHint;
+    let (_bed, vol, mut model) = admitting_bed();
+    for e in 0..3u64 {
+        hdd_extent(&vol, &mut model, e, 0, &pattern(40 + e, EXTENT as usize));
+    }
+    // Past any sequential cutoff.
+    let scan = IoHint { seq_run: 1 << 40 };
+    let mut buf = vec![0u8; 4096];
+    for e in 0..3u64 {
+        vol.read_hinted(e * EXTENT, &mut buf, scan).expect("read");
+    }
+    assert_eq!(vol.admissions_waiting(), 0, "a first pass copies nothing");
+    assert_eq!(
+        tierd::volume::Stats::get(&vol.stats().admissions_scanned),
+        3
+    );
+    // The second pass over the same extents: reuse seen, admitted.
+    for e in 0..3u64 {
+        vol.read_hinted(e * EXTENT + 4096, &mut buf, scan)
+            .expect("read");
+    }
+    assert_eq!(vol.admissions_waiting(), 3);
+    let done = admit_pending(&vol).expect("admit");
+    assert_eq!(done.moved, 3, "{done:?}");
+    assert!((0..3u64).all(|e| tier_of(&vol, e) == Some(Tier::Ssd)));
+    assert_reads(&vol, &model, "after the second pass");
+    assert_accounting(&vol, SLOTS);
+}

@@ -21,6 +21,13 @@
 //! - the main FIFO is a CLOCK with a 2-bit count of reads: an extent read
 //!   since the hand last passed goes round again.
 //!
+//! A miss inside a sequential stream past the cutoff (a scan) copies
+//! nothing on its own: the ghost remembers the extent, and only a miss the
+//! ghost already remembers is admitted. A scan read once costs flash
+//! nothing; an area scanned again and again (a table a database reads in
+//! order every few seconds) comes up on its second pass. The stream
+//! detector cannot tell a one-off scan from a repeated one; reuse can.
+//!
 //! Making room evicts the extent S3-FIFO chooses: by a mapping change when
 //! its HDD shadow is clean (every admitted extent has one until written),
 //! else with a demotion's copy, as any cache writes back a dirty victim.
@@ -88,6 +95,15 @@ pub enum Eviction {
     Dirty(u64),
     /// No extent could leave.
     Nothing,
+}
+
+/// How a request missed flash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Miss {
+    /// Not part of a long sequential stream.
+    Random,
+    /// Part of a sequential stream past the cutoff (a scan).
+    Sequential,
 }
 
 /// Where an admitted extent goes.
@@ -210,12 +226,19 @@ impl Volume {
         }
     }
 
-    /// Whether the I/O paths note a miss of a request with `hint`: admission
-    /// is on and the request is not part of a sequential stream past the
-    /// cutoff. One relaxed load while admission is off (hits are noted
-    /// whenever it is on).
-    pub(crate) fn admission_notes(&self, hint: crate::units::IoHint) -> bool {
-        self.admission_enabled() && hint.seq_run <= self.heat.sequential_cutoff()
+    /// How the I/O paths note a miss of a request with `hint`: `None` while
+    /// admission is off, else whether the request is part of a sequential
+    /// stream past the cutoff. One relaxed load while admission is off
+    /// (hits are noted whenever it is on).
+    pub(crate) fn admission_notes(&self, hint: crate::units::IoHint) -> Option<Miss> {
+        if !self.admission_enabled() {
+            return None;
+        }
+        Some(if hint.seq_run > self.heat.sequential_cutoff() {
+            Miss::Sequential
+        } else {
+            Miss::Random
+        })
     }
 
     /// A read of `extent` was served from the SSD.
@@ -225,9 +248,12 @@ impl Volume {
 
     /// A request to `extent` missed flash (its data is on the HDD): note it
     /// as a candidate, unless the extent is pinned to the HDD, a tier is
-    /// drained, or enough are waiting. Callers ask
-    /// [`Volume::admission_notes`] first.
-    pub(crate) fn note_miss(&self, extent: u64) {
+    /// drained, or enough are waiting. A [`Miss::Sequential`] one becomes a
+    /// candidate only if the ghost remembers the extent; else the ghost
+    /// remembers it now and nothing is copied, so a scan read once costs
+    /// flash nothing and one read again comes up on its next pass. Callers
+    /// ask [`Volume::admission_notes`] first.
+    pub(crate) fn note_miss(&self, extent: u64, kind: Miss) {
         if self.evacuating().is_some() {
             return;
         }
@@ -239,6 +265,14 @@ impl Volume {
         };
         if s.load(Ordering::Relaxed) & PENDING != 0 {
             return;
+        }
+        if kind == Miss::Sequential {
+            let mut q = self.admission.q.lock();
+            if !q.ghost_seq.contains_key(&extent) {
+                Admission::remember(&mut q, extent, self.admission_room());
+                Stats::add(&self.stats.admissions_scanned, 1);
+                return;
+            }
         }
         let mut p = self.admission.pending.lock();
         if p.len() >= PENDING_MAX {

@@ -211,8 +211,10 @@ impl Volume {
         self.heat.record(offset, len, hint);
         if tier == Tier::Ssd && self.admission_enabled() {
             self.note_hit(p.extent);
-        } else if tier == Tier::Hdd && self.admission_notes(hint) {
-            self.note_miss(p.extent);
+        } else if tier == Tier::Hdd {
+            if let Some(kind) = self.admission_notes(hint) {
+                self.note_miss(p.extent, kind);
+            }
         }
         Stats::add(&self.stats.read_hits[i], 1);
         Stats::add(&self.stats.read_hit_bytes[i], len);
@@ -260,7 +262,7 @@ impl Volume {
                 if hits_on {
                     self.note_hit(p.extent);
                 }
-            } else if misses_on && wait {
+            } else if misses_on.is_some() && wait {
                 misses.push(p.extent);
             }
             let mut read = |part: &mut [u8], tier: Tier, at: u64| -> Option<VolumeResult<()>> {
@@ -326,8 +328,10 @@ impl Volume {
         }
         Stats::add(&self.stats.read_unmapped, unmapped);
         Stats::add(&self.stats.read_unmapped_bytes, unmapped_bytes);
-        for e in misses {
-            self.note_miss(e);
+        if let Some(kind) = misses_on {
+            for e in misses {
+                self.note_miss(e, kind);
+            }
         }
         Some(Ok(()))
     }

@@ -23,7 +23,7 @@ mod stats;
 mod superblock;
 mod write;
 
-pub use admit::{Class as AdmitClass, Eviction};
+pub use admit::{Class as AdmitClass, Eviction, Miss};
 pub use error::{VolumeError, VolumeResult};
 pub use io::AllocRun;
 pub use log::LogUsage;

@@ -65,6 +65,8 @@ pub struct Stats {
     pub admissions_dropped: AtomicU64,
     /// Admissions given up: no SSD extent could leave for free.
     pub admissions_no_room: AtomicU64,
+    /// Sequential misses only remembered (a scan's first pass).
+    pub admissions_scanned: AtomicU64,
     /// Blocks a demotion did not have to write thanks to its shadow.
     pub shadow_saved_blocks: AtomicU64,
     /// Blocks a promotion copied again at its commit because a write

@@ -140,13 +140,12 @@ impl Volume {
             logged &= self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
             // A write that found its extent on the HDD missed flash too:
             // admission brings the extent up (with what the log took).
-            if notes
-                && self
-                    .slot_lock(p.extent)
+            if let Some(kind) = notes.filter(|_| {
+                self.slot_lock(p.extent)
                     .try_read()
                     .is_some_and(|g| g.as_ref().is_some_and(|m| m.loc.tier == Tier::Hdd))
-            {
-                self.note_miss(p.extent);
+            }) {
+                self.note_miss(p.extent, kind);
             }
         }
         // A write the SSD log took earns no heat: it needs no promotion to
