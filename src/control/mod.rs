@@ -413,6 +413,9 @@ pub struct Status {
     /// Clean HDD copies kept by SSD extents.
     #[serde(default)]
     pub shadows: ShadowStatus,
+    /// Admission at the miss (`migrate.admission`).
+    #[serde(default)]
+    pub admission: AdmissionStatus,
     /// The data in use against the SSD's room.
     #[serde(default)]
     pub working_set: WorkingSetStatus,
@@ -492,6 +495,25 @@ pub struct ShadowStatus {
     /// start.
     #[serde(default)]
     pub precleaned: u64,
+}
+
+/// Admission at the miss: HDD extents brought up by the requests that
+/// missed flash (counts since start).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdmissionStatus {
+    /// Whether misses bring their extent up (`migrate.admission`).
+    pub enabled: bool,
+    /// Extents brought up.
+    pub admitted: u64,
+    /// Misses inside a long sequential stream only remembered (a scan's
+    /// first pass).
+    pub remembered: u64,
+    /// Misses not noted because enough were waiting.
+    pub dropped: u64,
+    /// Admissions given up because no SSD extent could leave.
+    pub no_room: u64,
+    /// Misses waiting for their copy now.
+    pub waiting: u64,
 }
 
 /// Where a run of extents lives.

@@ -10,8 +10,8 @@ use parking_lot::Mutex;
 
 use super::settings::Settings;
 use crate::control::{
-    HealthStatus, LatencySummary, MigrationStatus, OpLatency, ReasonCount, ReserveStatus,
-    ShadowStatus, Status, TierStatus, WorkingSetStatus, WriteLogStatus,
+    AdmissionStatus, HealthStatus, LatencySummary, MigrationStatus, OpLatency, ReasonCount,
+    ReserveStatus, ShadowStatus, Status, TierStatus, WorkingSetStatus, WriteLogStatus,
 };
 use crate::device::{IoClass, IoOp, Latencies};
 use crate::heat::HeatMap;
@@ -489,7 +489,16 @@ impl Live {
             dropped: Stats::get(&s.shadows_dropped),
             precleaned: Stats::get(&s.precleaned),
         };
+        let admission = AdmissionStatus {
+            enabled: vol.admission_enabled(),
+            admitted: Stats::get(&s.admissions),
+            remembered: Stats::get(&s.admissions_scanned),
+            dropped: Stats::get(&s.admissions_dropped),
+            no_room: Stats::get(&s.admissions_no_room),
+            waiting: vol.admissions_waiting() as u64,
+        };
         Status {
+            admission,
             evacuation: self.settings.as_ref().and_then(|st| st.evacuation(self)),
             working_set: self.working_set(),
             health: self.health(),

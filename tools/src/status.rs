@@ -211,6 +211,18 @@ pub fn print(s: &Status) {
         human(sh.saved_bytes),
         sh.dropped
     );
+    let a = &s.admission;
+    if a.enabled || a.admitted > 0 {
+        say!(
+            "admission at the miss: {}; {} extents brought up, {} scan misses remembered, {} dropped, {} without room, {} waiting",
+            if a.enabled { "on" } else { "off" },
+            a.admitted,
+            a.remembered,
+            a.dropped,
+            a.no_room,
+            a.waiting
+        );
+    }
     print_latency(s);
     say!(
         "connections {}, in flight {}, spills {}, sequential bypasses {}, pins {}, quarantined {}",

@@ -145,6 +145,10 @@ pub(super) fn describe() {
         "Demotions that wrote no data: the extent's HDD shadow was clean"
     );
     describe_counter!(
+        "tierd_admissions_total",
+        "Requests that missed flash, by what admission at the miss did: admitted (extent brought up), remembered (a scan's first pass), dropped (enough waiting), no_room (nothing could leave)"
+    );
+    describe_counter!(
         "tierd_shadows_dropped_total",
         "Shadows dropped because the HDD needed their slots"
     );
@@ -270,6 +274,14 @@ pub fn collect(live: &Live) {
     gauge!("tierd_shadow_bytes", "state" => "stale").set((usage.shadow_stale_blocks * blk) as f64);
     counter!("tierd_free_demotions_total").absolute(Stats::get(&s.free_demotions));
     counter!("tierd_shadows_dropped_total").absolute(Stats::get(&s.shadows_dropped));
+    for (outcome, n) in [
+        ("admitted", &s.admissions),
+        ("remembered", &s.admissions_scanned),
+        ("dropped", &s.admissions_dropped),
+        ("no_room", &s.admissions_no_room),
+    ] {
+        counter!("tierd_admissions_total", "outcome" => outcome).absolute(Stats::get(n));
+    }
     counter!("tierd_precleaned_extents_total").absolute(Stats::get(&s.precleaned));
     gauge!("tierd_nbd_connections").set(live.probe.count() as f64);
     gauge!("tierd_inflight_requests").set(vol.inflight() as f64);
