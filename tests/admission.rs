@@ -205,3 +205,28 @@ fn a_scan_is_remembered_on_its_first_pass_and_admitted_on_its_second() {
     assert_reads(&vol, &model, "after the second pass");
     assert_accounting(&vol, SLOTS);
 }
+
+#[test]
+fn admissions_left_for_later_while_the_budget_is_spent_come_up_on_a_later_miss() {
+    use std::time::Duration;
+    let (bed, vol, mut model) = admitting_bed();
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(60, EXTENT as usize));
+    vol.set_admission_share(0.0);
+    // Spend the burst the bucket starts with.
+    assert!(vol.admission_may_spend());
+    vol.admission_spent(Duration::from_secs(1));
+    let mut buf = vec![0u8; 4096];
+    vol.read(0, &mut buf).expect("read");
+    let done = admit_pending(&vol).expect("admit");
+    assert_eq!((done.moved, done.paced), (0, 1), "{done:?}");
+    assert_eq!(tier_of(&vol, 0), Some(Tier::Hdd));
+    assert_eq!(tierd::volume::Stats::get(&vol.stats().admissions_paced), 1);
+    // Two quiet seconds pay the debt back and more.
+    bed.clock.advance(Duration::from_secs(2));
+    vol.read(0, &mut buf).expect("read");
+    let done = admit_pending(&vol).expect("admit");
+    assert_eq!(done.moved, 1, "{done:?}");
+    assert_eq!(tier_of(&vol, 0), Some(Tier::Ssd));
+    assert_reads(&vol, &model, "after a paced admission");
+    assert_accounting(&vol, SLOTS);
+}

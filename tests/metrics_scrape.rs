@@ -288,7 +288,7 @@ fn counters_follow_real_io() {
         get(&m, "tierd_reserve_format_bytes")
     );
     // Counters are present even when zero.
-    for outcome in ["admitted", "remembered", "dropped", "no_room"] {
+    for outcome in ["admitted", "remembered", "dropped", "no_room", "paced"] {
         let k = format!("tierd_admissions_total{{outcome=\"{outcome}\"}}");
         assert!(get(&m, &k) >= 0.0, "{k}");
     }

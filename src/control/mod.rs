@@ -512,6 +512,10 @@ pub struct AdmissionStatus {
     pub dropped: u64,
     /// Admissions given up because no SSD extent could leave.
     pub no_room: u64,
+    /// Misses left for later: admissions had spent their share of a busy
+    /// HDD's time (`migrate.admission-share`).
+    #[serde(default)]
+    pub paced: u64,
     /// Misses waiting for their copy now.
     pub waiting: u64,
 }

@@ -10,6 +10,7 @@
 //! benchmark after each request, and every migration round for what is
 //! left.
 
+use crate::device::IoClass;
 use crate::units::Reason;
 use crate::volume::{Eviction, MoveOutcome, Tier, Volume, VolumeResult};
 
@@ -24,22 +25,43 @@ pub struct Admitted {
     pub bytes: u64,
     /// Candidates given up: no room, raced by a write, or already there.
     pub skipped: u64,
+    /// Candidates left for a later miss: the HDD's users needed the time
+    /// (`migrate.admission-share`).
+    pub paced: u64,
 }
 
 /// Admit the extents waiting, oldest first. A device or store error ends
 /// the call (the extents not yet tried are dropped: the next miss notes
 /// them again).
 pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
+    let _class = IoClass::Background.enter();
     let mut done = Admitted::default();
     for extent in vol.take_admissions() {
         if vol.mapping(extent).is_none_or(|m| m.loc.tier != Tier::Hdd) {
             done.skipped += 1;
             continue;
         }
+        if !vol.admission_may_spend() {
+            // The HDD's users need it: the next miss notes it again.
+            done.paced += 1;
+            crate::volume::Stats::add(&vol.stats().admissions_paced, 1);
+            continue;
+        }
+        let t0 = vol.clock().now();
+        let r = admit_one(vol, extent, &mut done);
+        vol.admission_spent(vol.clock().now().saturating_sub(t0));
+        r?;
+    }
+    Ok(done)
+}
+
+/// Bring `extent` up (making room first), counting it in `done`.
+fn admit_one(vol: &Volume, extent: u64, done: &mut Admitted) -> VolumeResult<()> {
+    {
         let room = make_room(vol)?;
         if matches!(room, Room::None) {
             done.skipped += 1;
-            continue;
+            return Ok(());
         }
         let class = vol.admission_class(extent);
         let out = copy::migrate_batch(vol, &[(extent, Reason::Admit)], Tier::Ssd, &mut |_| {})?;
@@ -55,7 +77,7 @@ pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
             _ => done.skipped += 1,
         }
     }
-    Ok(done)
+    Ok(())
 }
 
 /// The second half of a swap: demote `victim` into the HDD slot the

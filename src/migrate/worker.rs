@@ -40,6 +40,11 @@ pub struct MigrateConfig {
     /// policy then makes no read-driven promotions of its own (hot, near)
     /// and keeps the reserve, write-back, pre-cleaning and pins.
     pub admission: bool,
+    /// The share of a busy HDD's time admissions may take (0 to 1): they
+    /// take all the time the HDD has no user and at most this share of
+    /// the time it has, so a workload that keeps the HDD busy runs at
+    /// least `1 - share` of the HDD's own speed. 1: no limit.
+    pub admission_share: f64,
     /// Time between planning rounds.
     #[serde(with = "crate::units::duration_secs")]
     pub interval: Duration,
@@ -83,6 +88,7 @@ impl Default for MigrateConfig {
         MigrateConfig {
             enabled: true,
             admission: false,
+            admission_share: 0.05,
             interval: Duration::from_secs(1),
             bandwidth: ByteSize(128 << 20),
             reserve_boost: 2.0,
@@ -106,6 +112,12 @@ impl MigrateConfig {
             return Err(InvalidKey::new("migrate.interval", "must be above zero"));
         }
         self.policy.validate()?;
+        if !(0.0..=1.0).contains(&self.admission_share) {
+            return Err(InvalidKey::new(
+                "migrate.admission-share",
+                "must be between 0 and 1",
+            ));
+        }
         if !self.reserve_boost.is_finite() || self.reserve_boost < 0.0 {
             return Err(InvalidKey::new("migrate.reserve-boost", NOT_NEGATIVE));
         }
@@ -423,6 +435,7 @@ impl Migrator {
         let cfg = self.config();
         let vol = &self.vol;
         vol.set_admission(cfg.admission);
+        vol.set_admission_share(cfg.admission_share);
         // What admission left waiting (no admitting thread, or a burst).
         if cfg.admission && !self.paused() {
             if let Err(e) = super::admit::admit_pending(vol) {
@@ -848,6 +861,7 @@ impl Migrator {
                 self.vol.take_admissions();
                 continue;
             }
+            self.vol.set_admission_share(cfg.admission_share);
             match catch_unwind(AssertUnwindSafe(|| super::admit::admit_pending(&self.vol))) {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {

@@ -495,6 +495,7 @@ impl Live {
             remembered: Stats::get(&s.admissions_scanned),
             dropped: Stats::get(&s.admissions_dropped),
             no_room: Stats::get(&s.admissions_no_room),
+            paced: Stats::get(&s.admissions_paced),
             waiting: vol.admissions_waiting() as u64,
         };
         Status {

@@ -206,7 +206,7 @@ impl Volume {
         if let Some(t0) = t0 {
             let t1 = self.clock.now();
             self.hdd_latency.sample(t1.saturating_sub(t0), t1);
-            self.hdd_foreground_now();
+            self.hdd_foreground_done(t0);
         }
         self.heat.record(offset, len, hint);
         if tier == Tier::Ssd && self.admission_enabled() {
@@ -281,7 +281,7 @@ impl Volume {
                 if timed {
                     let t1 = self.clock.now();
                     self.hdd_latency.sample(t1.saturating_sub(t0), t1);
-                    self.hdd_foreground_now();
+                    self.hdd_foreground_done(t0);
                 }
                 let i = tier.index();
                 if let Err(e) = r {

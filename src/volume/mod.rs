@@ -197,6 +197,8 @@ pub struct Volume {
     hdd_latency: io::Latency,
     /// When the HDD last served foreground I/O (ns on the volume's clock).
     hdd_fg_at: std::sync::atomic::AtomicU64,
+    /// Time the HDD spent on foreground I/O (summed over requests, ns).
+    hdd_fg_busy: std::sync::atomic::AtomicU64,
     /// Admission at the miss: its order and its candidates.
     admission: admit::Admission,
     /// Counters for metrics.
@@ -273,6 +275,27 @@ impl Volume {
                 std::sync::atomic::Ordering::Relaxed,
             );
         }
+    }
+
+    /// Note foreground I/O on the HDD that began at `t0` and ended now:
+    /// [`Volume::hdd_foreground_now`], and its time counted as the HDD's
+    /// users' (for [`Volume::hdd_foreground_busy`]).
+    pub(crate) fn hdd_foreground_done(&self, t0: std::time::Duration) {
+        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
+            let now = self.clock.now();
+            self.hdd_fg_at
+                .store(now.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            self.hdd_fg_busy.fetch_add(
+                now.saturating_sub(t0).as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Time the HDD has spent on foreground I/O since the volume opened,
+    /// summed over requests (overlapping ones count twice).
+    pub fn hdd_foreground_busy(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.hdd_fg_busy.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Smoothed latency of foreground HDD reads (on the volume's clock),

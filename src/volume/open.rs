@@ -374,6 +374,7 @@ impl Volume {
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
             hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
+            hdd_fg_busy: std::sync::atomic::AtomicU64::new(0),
             // Off until the migrator's `migrate.admission` turns it on.
             admission: super::admit::Admission::new(logical),
             stats: Stats::default(),

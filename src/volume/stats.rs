@@ -67,6 +67,9 @@ pub struct Stats {
     pub admissions_no_room: AtomicU64,
     /// Sequential misses only remembered (a scan's first pass).
     pub admissions_scanned: AtomicU64,
+    /// Misses left for later because admissions had spent their share of
+    /// a busy HDD's time.
+    pub admissions_paced: AtomicU64,
     /// Blocks a demotion did not have to write thanks to its shadow.
     pub shadow_saved_blocks: AtomicU64,
     /// Blocks a promotion copied again at its commit because a write

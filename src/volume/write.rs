@@ -551,10 +551,12 @@ impl Volume {
     pub(crate) fn raw_write(&self, tier: Tier, at: u64, data: &[u8]) -> VolumeResult<()> {
         let dev = self.devices.get(tier);
         let i = tier.index();
+        let t0 = self.clock.now();
+        let r = dev.write_at(data, at);
         if tier == Tier::Hdd {
-            self.hdd_foreground_now();
+            self.hdd_foreground_done(t0);
         }
-        if let Err(e) = dev.write_at(data, at) {
+        if let Err(e) = r {
             Stats::add(&self.stats.dev_errors[i], 1);
             return Err(io_err(dev.as_ref())(e));
         }

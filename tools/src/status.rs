@@ -214,12 +214,13 @@ pub fn print(s: &Status) {
     let a = &s.admission;
     if a.enabled || a.admitted > 0 {
         say!(
-            "admission at the miss: {}; {} extents brought up, {} scan misses remembered, {} dropped, {} without room, {} waiting",
+            "admission at the miss: {}; {} extents brought up, {} scan misses remembered, {} dropped, {} without room, {} left for the HDD's users, {} waiting",
             if a.enabled { "on" } else { "off" },
             a.admitted,
             a.remembered,
             a.dropped,
             a.no_room,
+            a.paced,
             a.waiting
         );
     }

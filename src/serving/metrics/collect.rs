@@ -146,7 +146,7 @@ pub(super) fn describe() {
     );
     describe_counter!(
         "tierd_admissions_total",
-        "Requests that missed flash, by what admission at the miss did: admitted (extent brought up), remembered (a scan's first pass), dropped (enough waiting), no_room (nothing could leave)"
+        "Requests that missed flash, by what admission at the miss did: admitted (extent brought up), remembered (a scan's first pass), dropped (enough waiting), no_room (nothing could leave), paced (the HDD's users needed the time)"
     );
     describe_counter!(
         "tierd_shadows_dropped_total",
@@ -279,6 +279,7 @@ pub fn collect(live: &Live) {
         ("remembered", &s.admissions_scanned),
         ("dropped", &s.admissions_dropped),
         ("no_room", &s.admissions_no_room),
+        ("paced", &s.admissions_paced),
     ] {
         counter!("tierd_admissions_total", "outcome" => outcome).absolute(Stats::get(n));
     }
