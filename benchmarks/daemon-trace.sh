@@ -5,7 +5,8 @@
 # the real data path. Reports the daemon's SSD read-hit share and the share
 # of writes that landed on flash over the replay (from tierctl status:
 # tierd_read_hit_bytes and tierd_write_landed_bytes by tier), the bytes the
-# migrator moved, and fio's latencies.
+# migrator moved, fio's latencies, and what admission at the miss did
+# (tierctl status's admission object, counts since start).
 #
 #   benchmarks/daemon-trace.sh TRACE [--ssd-size SIZE] [--hdd-size SIZE]
 #                              [--speed X] [--tierd-args "ARGS"]
@@ -118,5 +119,6 @@ jq -n --argjson b "$before" --argjson a "$after" --slurpfile f "$WORK/replay.jso
       reads: $j.read.total_ios, writes: $j.write.total_ios,
       read_lat_mean_us: ($j.read.clat_ns.mean / 1000 | floor),
       read_lat_p99_us: (($j.read.clat_ns.percentile["99.000000"] // 0) / 1000 | floor),
-      write_lat_mean_us: ($j.write.clat_ns.mean / 1000 | floor)
+      write_lat_mean_us: ($j.write.clat_ns.mean / 1000 | floor),
+      admission: $a.admission
     }'

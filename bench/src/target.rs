@@ -34,8 +34,10 @@ pub trait Target: Send + Sync {
     fn volume(&self) -> Option<&Arc<Volume>> {
         None
     }
-    /// Work that follows an answered request (the hybrid's admission at
-    /// the miss); its device time falls after the request's completion.
+    /// Work that follows an answered request on the virtual clock (the
+    /// hybrid's admission at the miss); its device time falls after the
+    /// request's completion. On the real clock the migrator's admitting
+    /// thread does it, as in the daemon.
     fn after(&self) {}
 }
 
@@ -365,7 +367,9 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                                     m.bg_ops += 1;
                                     m.bg_bytes += req.len;
                                 }
-                                target.after();
+                                // No `after`: on the real clock the
+                                // migrator's own admitting thread runs, as
+                                // in the daemon.
                             }
                             m
                         })
