@@ -17,6 +17,9 @@ struct Counters {
     read_hit: [u64; 2],
     landed: [u64; 2],
     migrated: [u64; 2],
+    /// Admission at the miss: brought up, scan misses remembered, left for
+    /// the HDD's users.
+    admission: [u64; 3],
 }
 
 impl Counters {
@@ -26,6 +29,11 @@ impl Counters {
             read_hit: two(&s.read_hit_bytes),
             landed: two(&s.write_landed_bytes),
             migrated: two(&s.migrated_bytes),
+            admission: [
+                Stats::get(&s.admissions),
+                Stats::get(&s.admissions_scanned),
+                Stats::get(&s.admissions_paced),
+            ],
         }
     }
 
@@ -35,6 +43,7 @@ impl Counters {
             read_hit: d(self.read_hit, before.read_hit),
             landed: d(self.landed, before.landed),
             migrated: d(self.migrated, before.migrated),
+            admission: [0, 1, 2].map(|i| self.admission[i] - before.admission[i]),
         }
     }
 }
@@ -163,6 +172,23 @@ impl Bench {
                 host >> 20
             ),
         );
+        let admitting = self
+            .targets
+            .first()
+            .and_then(|t| t.volume())
+            .is_some_and(|v| v.admission_enabled());
+        if admitting {
+            let [up, remembered, paced] = hybrid.admission;
+            self.finding(
+                suite,
+                &format!("{case}/hybrid-admissions"),
+                up as f64,
+                "extents",
+                format!(
+                    "brought up at the miss; {remembered} scan misses only remembered, {paced} left for the HDD's users (migrate.admission-share)"
+                ),
+            );
+        }
         let accesses = trace.accesses();
         let cfg = SimConfig {
             unit: es,
