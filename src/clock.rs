@@ -17,6 +17,13 @@ pub trait Clock: Send + Sync + 'static {
     /// moves on. Callers call it even for a zero `d` (a virtual clock may
     /// hand the turn to others there).
     fn sleep(&self, d: Duration);
+    /// This thread's time counting the device work it did since it last
+    /// waited: how long an operation took, measured across it. The real
+    /// clock's is [`Clock::now`]; a virtual clock whose devices add their
+    /// time to the calling thread only (the bench's) answers that time.
+    fn io_now(&self) -> Duration {
+        self.now()
+    }
     /// Wait until `deadline` (on [`Clock::now`]'s scale); nothing when it
     /// has passed. The real clock does this with sub-millisecond precision.
     fn sleep_until(&self, deadline: Duration) {

@@ -281,6 +281,12 @@ impl Clock for VirtualClock {
         self.0.now()
     }
 
+    /// The calling thread's own time: the device time it has done since it
+    /// last waited counts.
+    fn io_now(&self) -> Duration {
+        self.0.own().now.max(self.0.now())
+    }
+
     fn unix_secs(&self) -> u64 {
         self.0.now().as_secs()
     }

@@ -47,9 +47,9 @@ pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
             crate::volume::Stats::add(&vol.stats().admissions_paced, 1);
             continue;
         }
-        let t0 = vol.clock().now();
+        let t0 = vol.clock().io_now();
         let r = admit_one(vol, extent, &mut done);
-        vol.admission_spent(vol.clock().now().saturating_sub(t0));
+        vol.admission_spent(vol.clock().io_now().saturating_sub(t0));
         r?;
     }
     Ok(done)

@@ -195,7 +195,7 @@ impl Volume {
         let dev = self.devices.get(tier);
         let at = self.geo.slot_offset(m.loc.slot) + p.start;
         // Only HDD reads feed the migrator's backoff (as in `read_into`).
-        let t0 = (tier == Tier::Hdd).then(|| self.clock.now());
+        let t0 = (tier == Tier::Hdd).then(|| (self.clock.now(), self.clock.io_now()));
         let r = dev.read_to_pipe(pipe, at, len as usize)?;
         drop(guard);
         let i = tier.index();
@@ -203,10 +203,10 @@ impl Volume {
             Stats::add(&self.stats.dev_errors[i], 1);
             return Some(Err(io_err(dev.as_ref())(e)));
         }
-        if let Some(t0) = t0 {
+        if let Some((t0, io0)) = t0 {
             let t1 = self.clock.now();
             self.hdd_latency.sample(t1.saturating_sub(t0), t1);
-            self.hdd_foreground_done(t0);
+            self.hdd_foreground_done(io0);
         }
         self.heat.record(offset, len, hint);
         if tier == Tier::Ssd && self.admission_enabled() {
@@ -268,10 +268,10 @@ impl Volume {
             let mut read = |part: &mut [u8], tier: Tier, at: u64| -> Option<VolumeResult<()>> {
                 let dev = self.devices.get(tier);
                 let timed = wait && tier == Tier::Hdd;
-                let t0 = if timed {
-                    self.clock.now()
+                let (t0, io0) = if timed {
+                    (self.clock.now(), self.clock.io_now())
                 } else {
-                    Duration::ZERO
+                    (Duration::ZERO, Duration::ZERO)
                 };
                 let r = if wait {
                     dev.read_at(part, at)
@@ -281,7 +281,7 @@ impl Volume {
                 if timed {
                     let t1 = self.clock.now();
                     self.hdd_latency.sample(t1.saturating_sub(t0), t1);
-                    self.hdd_foreground_done(t0);
+                    self.hdd_foreground_done(io0);
                 }
                 let i = tier.index();
                 if let Err(e) = r {

@@ -280,13 +280,14 @@ impl Volume {
     /// Note foreground I/O on the HDD that began at `t0` and ended now:
     /// [`Volume::hdd_foreground_now`], and its time counted as the HDD's
     /// users' (for [`Volume::hdd_foreground_busy`]).
+    /// `t0` is on [`crate::clock::Clock::io_now`]'s scale.
     pub(crate) fn hdd_foreground_done(&self, t0: std::time::Duration) {
         if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
             let now = self.clock.now();
             self.hdd_fg_at
                 .store(now.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
             self.hdd_fg_busy.fetch_add(
-                now.saturating_sub(t0).as_nanos() as u64,
+                self.clock.io_now().saturating_sub(t0).as_nanos() as u64,
                 std::sync::atomic::Ordering::Relaxed,
             );
         }

@@ -551,7 +551,7 @@ impl Volume {
     pub(crate) fn raw_write(&self, tier: Tier, at: u64, data: &[u8]) -> VolumeResult<()> {
         let dev = self.devices.get(tier);
         let i = tier.index();
-        let t0 = self.clock.now();
+        let t0 = self.clock.io_now();
         let r = dev.write_at(data, at);
         if tier == Tier::Hdd {
             self.hdd_foreground_done(t0);
