@@ -66,9 +66,13 @@ type LogHandle =
     tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
 
 /// Set up logging; returns a handle to change the level live, unless
-/// RUST_LOG (which wins over the configuration) is set.
+/// RUST_LOG (which wins over the configuration) is set. Colour only when
+/// stderr is a terminal and NO_COLOR is unset: a log file or the journal
+/// gets plain text.
 fn init_logging(level: &str) -> Option<LogHandle> {
+    use std::io::IsTerminal;
     use tracing_subscriber::prelude::*;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let (filter, from_env) = match tracing_subscriber::EnvFilter::try_from_default_env() {
         Ok(f) => (f, true),
         Err(_) => (tracing_subscriber::EnvFilter::new(level), false),
@@ -76,7 +80,11 @@ fn init_logging(level: &str) -> Option<LogHandle> {
     let (layer, handle) = tracing_subscriber::reload::Layer::new(filter);
     tracing_subscriber::registry()
         .with(layer)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi),
+        )
         .init();
     (!from_env).then_some(handle)
 }
