@@ -1,7 +1,8 @@
 //! The configuration's keys: the list (derived from the [`Config`] struct by
 //! serializing its defaults, `table.key` inside a table), each key's default
-//! and `TIERD_*` environment variable, and how a change of each takes effect
-//! on SIGHUP.
+//! and `TIERD_*` environment variable, how a change of each takes effect
+//! on SIGHUP, and the refusal of a key that is none of them, naming the
+//! nearest known key.
 
 use super::Config;
 
@@ -93,13 +94,152 @@ pub fn env_var(key: &str) -> String {
 /// The key a `TIERD_*` environment variable sets, if it names one (the
 /// inverse of [`env_var`]; the part after `TIERD_` in any case).
 pub fn key_of_env(var: &str) -> Option<String> {
+    env_key_name(var).filter(|k| is_key(k))
+}
+
+/// The key name a `TIERD_*` variable spells, whether or not it is a key.
+fn env_key_name(var: &str) -> Option<String> {
     let rest = var.strip_prefix("TIERD_")?.to_ascii_lowercase();
-    let key = rest
-        .split("__")
-        .map(|part| part.replace('_', "-"))
-        .collect::<Vec<_>>()
-        .join(".");
-    is_key(&key).then_some(key)
+    Some(
+        rest.split("__")
+            .map(|part| part.replace('_', "-"))
+            .collect::<Vec<_>>()
+            .join("."),
+    )
+}
+
+/// `TIERD_*` variables that are not configuration keys: the configuration
+/// file's, and the knobs of tierd's own test suite and scripts, which the
+/// daemons those start inherit. Any other `TIERD_*` variable that names no
+/// key stops the start.
+pub const NOT_KEYS: &[&str] = &[
+    "TIERD_CONFIG",
+    "TIERD_BIN",
+    "TIERD_TEST_REMOTE_HDD",
+    "TIERD_CRASH_SEED",
+    "TIERD_CRASH_CYCLES",
+    "TIERD_SOAK_CYCLES",
+    "TIERD_FUZZ_ITERS",
+    "TIERD_MODEL_SEEDS",
+    "TIERD_POWER_SEEDS",
+];
+
+/// The unknown key a `TIERD_*` variable names, if it names one: `None` for
+/// a variable that sets a key, one of [`NOT_KEYS`], or no `TIERD_*`
+/// variable at all.
+pub fn unknown_env_key(var: &str) -> Option<UnknownKey> {
+    if NOT_KEYS.contains(&var) {
+        return None;
+    }
+    let key = env_key_name(var)?;
+    (!is_key(&key)).then(|| UnknownKey::new(&key, Origin::Env(var.to_string())))
+}
+
+/// Whether `name` is a table of keys (`heat`, `migrate`).
+pub fn is_table(name: &str) -> bool {
+    let prefix = format!("{name}.");
+    keys().any(|k| k.starts_with(&prefix))
+}
+
+/// Where an unknown key was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The configuration file.
+    File(std::path::PathBuf),
+    /// A `TIERD_*` environment variable.
+    Env(String),
+    /// A command-line flag or `tierctl config set`.
+    Given,
+}
+
+impl Origin {
+    fn text(&self) -> String {
+        match self {
+            Origin::File(p) => format!(" in {}", p.display()),
+            Origin::Env(var) => format!(" (environment variable {var})"),
+            Origin::Given => String::new(),
+        }
+    }
+}
+
+/// A key no configuration has, with where it was found and the nearest
+/// key there is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown configuration key `{key}`{}{}", .origin.text(), hint(.nearest))]
+pub struct UnknownKey {
+    /// The key as given (`migrate.bandwith`).
+    pub key: String,
+    /// Where it was found.
+    pub origin: Origin,
+    /// The known key nearest to it, if one is near enough to be meant.
+    pub nearest: Option<&'static str>,
+}
+
+fn hint(nearest: &Option<&'static str>) -> String {
+    match nearest {
+        Some(k) => format!(": did you mean `{k}`?"),
+        None => " (docs/tierd.example.toml lists every key)".into(),
+    }
+}
+
+impl UnknownKey {
+    /// `key`, found at `origin`, with the known key nearest to it.
+    pub fn new(key: &str, origin: Origin) -> UnknownKey {
+        UnknownKey {
+            key: key.to_string(),
+            origin,
+            nearest: nearest_key(key),
+        }
+    }
+}
+
+/// The known key nearest to `unknown` by edit distance (a letter left out,
+/// added, changed or two swapped), if it is near enough to be the one
+/// meant: at most a third of its length away. A key without a table is
+/// also compared with the keys inside tables (`bandwith` finds
+/// `migrate.bandwidth`).
+pub fn nearest_key(unknown: &str) -> Option<&'static str> {
+    let unknown = unknown.to_ascii_lowercase().replace('_', "-");
+    let mut best: Option<(usize, &'static str)> = None;
+    for k in keys() {
+        let mut d = edit_distance(&unknown, k);
+        if !unknown.contains('.') {
+            if let Some((_, name)) = k.split_once('.') {
+                d = d.min(edit_distance(&unknown, name));
+            }
+        }
+        if best.is_none_or(|(b, _)| d < b) {
+            best = Some((d, k));
+        }
+    }
+    let (d, k) = best?;
+    (d <= (unknown.len() / 3).max(1)).then_some(k)
+}
+
+/// Optimal string alignment distance: insertions, deletions, substitutions
+/// and swaps of neighbours each cost one.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// How a change of `key` takes effect on SIGHUP.

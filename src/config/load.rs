@@ -4,11 +4,54 @@
 //! of strings to typed values, then deserialized and validated; a value
 //! that does not deserialize is traced back to its key.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::keys::default_leaves;
-use super::{is_key, key_of_env, Config, ConfigError};
-use crate::units::InvalidKey;
+use super::keys::{default_leaves, is_table, leaves, unknown_env_key, Origin, UnknownKey};
+use super::{is_key, key_of_env, keys, Config, ConfigError};
+
+/// A loaded configuration and the keys a layer above the built-in
+/// defaults set (to the default value or not).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The configuration.
+    pub config: Config,
+    /// The keys the file, the environment or a flag set.
+    pub given: BTreeSet<&'static str>,
+}
+
+impl Loaded {
+    /// Whether a layer above the defaults set `key`.
+    pub fn is_given(&self, key: &str) -> bool {
+        self.given.contains(key)
+    }
+}
+
+/// The key `name` as the list spells it (a `&'static str`), if it is one.
+fn known(name: &str) -> Option<&'static str> {
+    keys().find(|k| *k == name)
+}
+
+/// The keys of a configuration file; an unknown one is refused naming the
+/// nearest known key.
+fn file_keys(file: &Path) -> Result<Vec<&'static str>, ConfigError> {
+    let v: serde_json::Value = config::Config::builder()
+        .add_source(config::File::from(file).format(config::FileFormat::Toml))
+        .build()?
+        .try_deserialize()?;
+    let mut out = Vec::new();
+    for (name, _) in leaves(&v) {
+        match known(&name) {
+            Some(k) => out.push(k),
+            // `heat = 1`: a table given a value, which deserializing names.
+            None if is_table(&name) => {}
+            None => {
+                return Err(UnknownKey::new(&name, Origin::File(file.to_path_buf())).into());
+            }
+        }
+    }
+    Ok(out)
+}
 
 impl Config {
     /// Load: defaults < `file` (if any) < `TIERD_*` variables from `env` <
@@ -18,19 +61,40 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         overrides: &[(&str, String)],
     ) -> Result<Self, ConfigError> {
+        Ok(Config::load_layers(file, env, overrides)?.config)
+    }
+
+    /// [`Config::load`], also saying which keys the layers set. An unknown
+    /// key in any layer (a file's key, a `TIERD_*` variable other than
+    /// [`NOT_KEYS`](super::keys::NOT_KEYS), a flag's key) is refused,
+    /// naming it, where it was found and the nearest known key.
+    pub fn load_layers(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: &[(&str, String)],
+    ) -> Result<Loaded, ConfigError> {
+        let mut given = BTreeSet::new();
         let mut b =
             config::Config::builder().add_source(config::Config::try_from(&Config::default())?);
         if let Some(f) = file {
+            given.extend(file_keys(f)?);
             b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
         }
+        let mut env: Vec<(String, String)> = env.into_iter().collect();
+        env.sort();
         for (k, v) in env {
-            if let Some(key) = key_of_env(&k) {
-                let v = typed_for(&key, &v);
-                b = b.set_override(key, v)?;
+            if let Some(unknown) = unknown_env_key(&k) {
+                return Err(unknown.into());
+            }
+            if let Some(key) = key_of_env(&k).as_deref().and_then(known) {
+                given.insert(key);
+                b = b.set_override(key, typed_for(key, &v))?;
             }
         }
         for (k, v) in overrides {
-            b = b.set_override(*k, typed_for(k, v))?;
+            let key = known(k).ok_or_else(|| UnknownKey::new(k, Origin::Given))?;
+            given.insert(key);
+            b = b.set_override(key, typed_for(key, v))?;
         }
         let merged = b.build()?;
         let cfg: Config = match merged.clone().try_deserialize() {
@@ -38,7 +102,7 @@ impl Config {
             Err(e) => return Err(name_the_key(&merged, e)),
         };
         cfg.validate()?;
-        Ok(cfg)
+        Ok(Loaded { config: cfg, given })
     }
 
     /// `self` with (key, value) pairs set over it, as flags would set them
@@ -47,10 +111,7 @@ impl Config {
         let mut b = config::Config::builder().add_source(config::Config::try_from(self)?);
         for (k, v) in pairs {
             if !is_key(k) {
-                return Err(ConfigError::Invalid(InvalidKey::new(
-                    "key",
-                    format!("{k:?} is no configuration key"),
-                )));
+                return Err(UnknownKey::new(k, Origin::Given).into());
             }
             b = b.set_override(k.as_str(), typed_for(k, v))?;
         }

@@ -22,7 +22,11 @@ mod tests;
 mod validate;
 
 use keys::leaves;
-pub use keys::{default_of, env_var, is_key, key_of_env, keys, reload_effect, Reload};
+pub use keys::{
+    default_of, env_var, is_key, key_of_env, keys, nearest_key, reload_effect, Origin, Reload,
+    UnknownKey, NOT_KEYS,
+};
+pub use load::Loaded;
 
 /// Everything `tierd serve` and `tierd format` are configured with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -187,6 +191,9 @@ pub enum ConfigError {
     /// A value parses but is not acceptable (the key is named).
     #[error(transparent)]
     Invalid(#[from] InvalidKey),
+    /// A key no configuration has (the nearest known one is named).
+    #[error(transparent)]
+    Unknown(#[from] UnknownKey),
 }
 
 /// Default address of the metrics endpoint.

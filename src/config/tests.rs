@@ -28,7 +28,8 @@ fn layers_apply_in_order() {
         env(&[
             ("TIERD_LISTEN", "127.0.0.1:2"),
             ("TIERD_EXTENT_SIZE", "4MiB"),
-            ("TIERD_UNRELATED", "x"),
+            ("TIERD_CONFIG", "ignored: the file comes from the caller"),
+            ("HOME", "/root"),
         ]),
         &[("listen", "127.0.0.1:3".into())],
     )
@@ -294,4 +295,70 @@ fn changed_keys_say_how_they_take_effect() {
             Reload::Restart
         ]
     );
+}
+
+#[test]
+fn unknown_keys_name_the_nearest_known_key() {
+    assert_eq!(nearest_key("migrate.bandwith"), Some("migrate.bandwidth"));
+    assert_eq!(nearest_key("bandwith"), Some("migrate.bandwidth"));
+    assert_eq!(nearest_key("extent-szie"), Some("extent-size"));
+    assert_eq!(nearest_key("heat.half_life"), Some("heat.half-life"));
+    assert_eq!(nearest_key("unrelated"), None);
+    // Every layer refuses an unknown key, naming it, where it was and the
+    // nearest known key.
+    let e = Config::load(None, env(&[("TIERD_MIGRATE__BANDWITH", "1MiB")]), &[]).unwrap_err();
+    let text = e.to_string();
+    for want in [
+        "migrate.bandwith",
+        "TIERD_MIGRATE__BANDWITH",
+        "did you mean `migrate.bandwidth`",
+    ] {
+        assert!(text.contains(want), "{want:?} not in {text:?}");
+    }
+    let e = Config::load(None, env(&[("TIERD_UNRELATED", "x")]), &[]).unwrap_err();
+    assert!(e.to_string().contains("`unrelated`"), "{e}");
+    for var in NOT_KEYS {
+        Config::load(None, env(&[(var, "1")]), &[]).unwrap_or_else(|e| panic!("{var}: {e}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typo.toml");
+    std::fs::write(&file, "[migrate]\nbandwith = \"1MiB\"\n").unwrap();
+    let e = Config::load(Some(&file), env(&[]), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("migrate.bandwith")
+            && e.contains("typo.toml")
+            && e.contains("did you mean `migrate.bandwidth`"),
+        "{e}"
+    );
+    let e = Config::load(None, env(&[]), &[("migrate.bandwith", "1MiB".into())])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("did you mean `migrate.bandwidth`"), "{e}");
+    let e = Config::default()
+        .overridden(&[("migrate.bandwith".into(), "1MiB".into())])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("did you mean `migrate.bandwidth`"), "{e}");
+}
+
+#[test]
+fn the_layers_say_which_keys_they_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tierd.toml");
+    std::fs::write(&file, "ssd-size = \"4GiB\"\n[migrate]\nmax-moves = 3\n").unwrap();
+    let l = Config::load_layers(
+        Some(&file),
+        env(&[("TIERD_HDD_SIZE", "1GiB")]),
+        &[("listen", "127.0.0.1:1".into())],
+    )
+    .unwrap();
+    let given: Vec<&str> = l.given.iter().copied().collect();
+    assert_eq!(
+        given,
+        ["hdd-size", "listen", "migrate.max-moves", "ssd-size"],
+        "a key set to its default is given too"
+    );
+    assert!(l.is_given("ssd-size") && !l.is_given("extent-size"));
 }

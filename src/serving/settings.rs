@@ -286,9 +286,8 @@ impl Settings {
     /// what was done.
     pub fn set(&self, live: &Live, key: &str, value: &str) -> Result<String, String> {
         if !crate::config::is_key(key) {
-            return Err(format!(
-                "{key:?} is no configuration key (tierctl config show lists them)"
-            ));
+            let unknown = crate::config::UnknownKey::new(key, crate::config::Origin::Given);
+            return Err(format!("{unknown} (tierctl config show lists every key)"));
         }
         if !is_live(key) {
             let when = match reload_effect(key) {
