@@ -10,17 +10,21 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A byte count written as a number or with a unit (`4GiB`, `512k`, `1 MiB`).
+/// A byte count written as a number or with a unit (`4GiB`, `512k`, `1 MiB`,
+/// `1GB`): binary units (`KiB`..`TiB` and the single letters `K`..`T`)
+/// are powers of 1024, decimal ones (`kB`..`TB`) powers of 1000, as
+/// coreutils reads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub u64);
 
 /// Why a size does not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid size {0:?}: use a number of bytes or a unit such as 64KiB, 1MiB, 4GiB, 1TiB")]
+#[error("invalid size {0:?}: use a number of bytes or a unit: 64KiB, 1MiB, 4GiB, 1TiB (powers of 1024) or 1MB, 1GB (powers of 1000)")]
 pub struct SizeError(pub String);
 
 impl ByteSize {
-    /// Parse `123`, `64KiB`, `64K`, `64kb`, `1.5GiB` (binary units throughout).
+    /// Parse `123`, `64KiB`, `64K`, `1.5GiB` (powers of 1024) and `64kB`,
+    /// `1GB` (powers of 1000: `1GB` is 1000000000 bytes, never 1 GiB).
     pub fn parse(s: &str) -> Result<Self, SizeError> {
         let t = s.trim();
         let split = t
@@ -30,10 +34,14 @@ impl ByteSize {
         let unit = unit.trim().to_ascii_lowercase();
         let mult: u64 = match unit.as_str() {
             "" | "b" => 1,
-            "k" | "kb" | "kib" => 1 << 10,
-            "m" | "mb" | "mib" => 1 << 20,
-            "g" | "gb" | "gib" => 1 << 30,
-            "t" | "tb" | "tib" => 1 << 40,
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            "t" | "tib" => 1 << 40,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            "tb" => 1_000_000_000_000,
             _ => return Err(SizeError(s.to_string())),
         };
         let err = || SizeError(s.to_string());
@@ -263,6 +271,21 @@ mod tests {
         assert!(ByteSize::parse("99999999999TiB").is_err());
         assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
         assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn decimal_units_are_powers_of_ten() {
+        assert_eq!(ByteSize::parse("1GB"), Ok(ByteSize(1_000_000_000)));
+        assert_eq!(ByteSize::parse("1gb"), Ok(ByteSize(1_000_000_000)));
+        assert_eq!(ByteSize::parse("64kB"), Ok(ByteSize(64_000)));
+        assert_eq!(ByteSize::parse("1.5MB"), Ok(ByteSize(1_500_000)));
+        assert_eq!(ByteSize::parse("2TB"), Ok(ByteSize(2_000_000_000_000)));
+        assert_ne!(ByteSize::parse("1GB"), ByteSize::parse("1GiB"));
+        // What prints reads back as the same number of bytes.
+        for s in ["1GB", "1GiB", "64kB", "12345"] {
+            let b = ByteSize::parse(s).unwrap();
+            assert_eq!(ByteSize::parse(&b.to_string()), Ok(b), "{s}");
+        }
     }
 
     #[test]
