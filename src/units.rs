@@ -3,8 +3,10 @@
 //! `validate` returns (naming the key), the I/O hint a request carries down to heat
 //! tracking, the reasons a migration moves an extent, and [`snake_json`]
 //! (how a configuration section, kebab-case in files, appears in JSON
-//! output, where every key is snake_case). It imports nothing
-//! of the crate; everything else may import it.
+//! output, where every key is snake_case), how a byte count reads in a
+//! message ([`human_bytes`]) and how an error reads with its causes
+//! ([`error_text`]). It imports nothing of the crate; everything else may
+//! import it.
 
 use std::fmt;
 
@@ -98,6 +100,40 @@ impl<'de> Deserialize<'de> for ByteSize {
             Raw::S(s) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
         }
     }
+}
+
+/// A byte count for a person: binary units with two decimals (`2.00 GiB`),
+/// plain bytes below 1 KiB (`512 B`).
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// An error and its causes in one line, `what: why: deeper why`. A cause
+/// whose text the line carries already (an error that prints its source
+/// and also returns it from `source()`, as many do) is not repeated.
+pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 /// What the protocol layer knows about a request's place in a stream.
@@ -271,6 +307,25 @@ mod tests {
         assert!(ByteSize::parse("99999999999TiB").is_err());
         assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
         assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn bytes_read_in_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(2 << 30), "2.00 GiB");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+    }
+
+    #[test]
+    fn an_error_chain_reads_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("opening device x: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("formatting")]
+        struct Outer(#[source] Repeats);
+        let e = Outer(Repeats(std::io::Error::other("no such file")));
+        assert_eq!(error_text(&e), "formatting: opening device x: no such file");
     }
 
     #[test]

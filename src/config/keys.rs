@@ -195,7 +195,8 @@ impl UnknownKey {
 
 /// The known key nearest to `unknown` by edit distance (a letter left out,
 /// added, changed or two swapped), if it is near enough to be the one
-/// meant: at most a third of its length away. A key without a table is
+/// meant: at most a third of its name's length away (the part after the
+/// table). A key without a table is
 /// also compared with the keys inside tables (`bandwith` finds
 /// `migrate.bandwidth`).
 pub fn nearest_key(unknown: &str) -> Option<&'static str> {
@@ -213,7 +214,9 @@ pub fn nearest_key(unknown: &str) -> Option<&'static str> {
         }
     }
     let (d, k) = best?;
-    (d <= (unknown.len() / 3).max(1)).then_some(k)
+    // A third of the key's own name: a shared table prefix makes no typo.
+    let name = unknown.rsplit('.').next().unwrap_or(&unknown);
+    (d <= (name.len() / 3).max(1)).then_some(k)
 }
 
 /// Optimal string alignment distance: insertions, deletions, substitutions

@@ -124,8 +124,9 @@ pub struct Config {
     /// none. Default `127.0.0.1:10810` (next to NBD's 10809; see
     /// docs/metrics.md for why not in the exporters' 9100-9999 range).
     pub metrics_listen: String,
-    /// The control socket (`tierctl`); `""` for none.
-    /// Default `<data-dir>/control.sock`.
+    /// The control socket (`tierctl`); `""` for none. Default
+    /// `control.sock` beside the metadata directory: `<data-dir>/control.sock`
+    /// unless `meta-dir` is set.
     pub control: Option<PathBuf>,
     /// Heat tracking (`[heat]` table).
     pub heat: HeatConfig,
@@ -177,8 +178,8 @@ impl Default for Config {
 /// Why a configuration does not load.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file or a value does not parse.
-    #[error("configuration: {0}")]
+    /// The file or a value does not parse (its message names the file).
+    #[error(transparent)]
     Load(#[from] config::ConfigError),
     /// A value does not parse.
     #[error("configuration key `{key}`: {problem}")]
@@ -262,11 +263,19 @@ impl Config {
     }
 
     /// The control socket path, or `None` when turned off (`control = ""`).
+    /// By default it sits next to the metadata directory: in the data
+    /// directory (`<data-dir>/control.sock`), or beside an explicit
+    /// `meta-dir` (`/var/lib/tierd/meta` puts it at
+    /// `/var/lib/tierd/control.sock`), so a volume named by its devices
+    /// and metadata leaves nothing in `./tierd-data`.
     pub fn control_path(&self) -> Option<PathBuf> {
         match &self.control {
             Some(p) if p.as_os_str().is_empty() => None,
             Some(p) => Some(p.clone()),
-            None => Some(self.data_dir.join("control.sock")),
+            None => Some(match self.meta_path().parent() {
+                Some(dir) => dir.join("control.sock"),
+                None => self.data_dir.join("control.sock"),
+            }),
         }
     }
 

@@ -304,6 +304,7 @@ fn unknown_keys_name_the_nearest_known_key() {
     assert_eq!(nearest_key("extent-szie"), Some("extent-size"));
     assert_eq!(nearest_key("heat.half_life"), Some("heat.half-life"));
     assert_eq!(nearest_key("unrelated"), None);
+    assert_eq!(nearest_key("migrate.no-such"), None);
     // Every layer refuses an unknown key, naming it, where it was and the
     // nearest known key.
     let e = Config::load(None, env(&[("TIERD_MIGRATE__BANDWITH", "1MiB")]), &[]).unwrap_err();

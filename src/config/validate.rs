@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 
 use super::{Config, DEFAULT_METRICS_LISTEN};
-use crate::units::InvalidKey;
-use crate::volume::{MAX_EXTENT_SIZE, MIN_EXTENT_SIZE};
+use crate::units::{ByteSize, InvalidKey};
+use crate::volume::{MAX_EXTENT_SIZE, MIN_DEVICE_SIZE, MIN_EXTENT_SIZE};
 
 /// Longest `nbd-poll`.
 const MAX_NBD_POLL: std::time::Duration = std::time::Duration::from_millis(1);
@@ -65,10 +65,13 @@ impl Config {
             ));
         }
         for (key, v) in [("ssd-size", self.ssd_size), ("hdd-size", self.hdd_size)] {
-            if v.0 < 8 << 20 {
+            if v.0 < MIN_DEVICE_SIZE {
                 return Err(InvalidKey::new(
                     key,
-                    format!("{v} is too small (at least 8MiB)"),
+                    format!(
+                        "{v} is too small (at least {}, the smallest device tierd formats)",
+                        ByteSize(MIN_DEVICE_SIZE)
+                    ),
                 ));
             }
         }

@@ -25,14 +25,18 @@ pub enum ControlError {
     /// Something else sits at the socket path.
     #[error("{0} exists and is not a socket; refusing to replace it")]
     NotASocket(String),
+    /// Another process answers on the socket.
+    #[error("another process serves on the control socket {0} (is another tierd running? set control to another path, or \"\" for none)")]
+    InUse(String),
     /// A file operation failed.
-    #[error("control socket {path}: {what}: {source}")]
+    #[error("control socket {path}: {what}")]
     Io {
         /// The socket path.
         path: String,
         /// What failed.
         what: &'static str,
         /// Why.
+        #[source]
         source: std::io::Error,
     },
 }
@@ -48,6 +52,9 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
             return Err(ControlError::NotASocket(p));
+        }
+        if super::endpoints::socket_answers(path) {
+            return Err(ControlError::InUse(p));
         }
         std::fs::remove_file(path).map_err(io("removing the stale socket"))?;
     }
