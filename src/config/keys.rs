@@ -62,14 +62,28 @@ pub fn keys() -> impl Iterator<Item = &'static str> {
 }
 
 /// The built-in default of `key` as the configuration writes it (`60s`,
-/// `128MiB`, `true`), if `key` is a key with a default.
+/// `128MiB`, `true`, `""`), or as it follows from other keys
+/// (`<data-dir>/ssd.img`); `None` for a key without a default (an unset
+/// optional key, such as `unix` or `tls-cert`) or no key at all.
 pub fn default_of(key: &str) -> Option<String> {
+    let derived = match key {
+        "ssd" => Some("<data-dir>/ssd.img"),
+        "hdd" => Some("<data-dir>/hdd.img"),
+        "meta-dir" => Some("<data-dir>/meta"),
+        "control" => Some("control.sock beside meta-dir"),
+        "reserve" => Some("4GiB, at most 25 % of the SSD"),
+        _ => None,
+    };
+    if let Some(d) = derived {
+        return Some(d.to_string());
+    }
     let leaves = default_leaves();
     let i = leaves.binary_search_by(|(k, _)| k.as_str().cmp(key)).ok()?;
-    Some(match &leaves[i].1 {
-        serde_json::Value::String(s) => s.clone(),
-        v => v.to_string(),
-    })
+    match &leaves[i].1 {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        v => Some(v.to_string()),
+    }
 }
 
 /// Whether `key` is a configuration key.

@@ -363,3 +363,12 @@ fn the_layers_say_which_keys_they_set() {
     );
     assert!(l.is_given("ssd-size") && !l.is_given("extent-size"));
 }
+
+#[test]
+fn defaults_read_as_the_configuration_writes_them() {
+    assert_eq!(default_of("extent-size").as_deref(), Some("1MiB"));
+    assert_eq!(default_of("export-name").as_deref(), Some(""));
+    assert_eq!(default_of("ssd").as_deref(), Some("<data-dir>/ssd.img"));
+    assert_eq!(default_of("unix"), None, "no default, not \"null\"");
+    assert_eq!(default_of("no-such-key"), None);
+}
