@@ -104,29 +104,13 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-/// An error and its causes in one line, each cause once (see
-/// [`tierd::units::error_text`]): anyhow's own report repeats a cause that
-/// an error both prints and returns as its source.
-fn report(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || out.contains(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
-    }
-    out
-}
-
 fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tierd: error: {}", report(&e));
+            // One line, each cause once: anyhow's own report repeats a
+            // cause that an error both prints and returns as its source.
+            eprintln!("tierd: error: {}", tierd::units::error_text(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

@@ -295,7 +295,8 @@ pub fn print_json(resp: &Response) -> anyhow::Result<()> {
 
 fn main() {
     if let Err(e) = run() {
-        eprintln!("tierctl: {e:#}");
+        // Each cause once (see tierd::units::error_text).
+        eprintln!("tierctl: {}", tierd::units::error_text(e.as_ref()));
         std::process::exit(1);
     }
 }
