@@ -289,15 +289,17 @@ fn check_given_sizes(loaded: &Loaded) -> Result<()> {
             continue;
         };
         if loaded.is_given(t.size_key) && have != t.size.0 {
+            // In units; in bytes only where the units cannot tell them apart.
+            let (mut have_h, mut want_h) = (human_bytes(have), human_bytes(t.size.0));
+            if have_h == want_h {
+                (have_h, want_h) = (format!("{have} bytes"), format!("{} bytes", t.size.0));
+            }
             return Err(ServiceError::Refused(format!(
-                "{path} is {have_h} ({have} bytes), but {key} asks for {want_h} ({want} bytes): \
+                "{path} is {have_h}, but {key} asks for {want_h}: \
                  {key} only sizes an image file tierd creates, and an existing image keeps its size. \
                  Drop {key} (--{key}, {var} or the configuration file's key) to use {path} as it is, \
                  or remove the volume's files (images and metadata directory) to start a new volume of that size",
                 path = t.path.display(),
-                have_h = human_bytes(have),
-                want_h = human_bytes(t.size.0),
-                want = t.size.0,
                 key = t.size_key,
                 var = crate::config::env_var(t.size_key),
             )));
