@@ -422,7 +422,7 @@ pub fn prepare(loaded: &Loaded) -> Result<(Arc<Volume>, bool)> {
         formatted = true;
     } else if !store_exists {
         return Err(ServiceError::Refused(format!(
-            "no metadata store at {}: the devices are not formatted as a tierd volume (run `{}`)",
+            "no metadata store at {}: the devices are not formatted as a tierd volume; format them: `{}` (with the --config and other flags given here, which format takes too)",
             cfg.meta_path().display(),
             format_command(cfg)
         )));
