@@ -63,11 +63,25 @@ impl ByteSize {
 }
 
 impl fmt::Display for ByteSize {
+    /// In the largest binary unit that divides it (`4GiB`), else the
+    /// largest decimal one (`1MB`), else in bytes: it parses back to the
+    /// same count.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
+        const DECIMAL: [(&str, u64); 4] = [
+            ("TB", 1_000_000_000_000),
+            ("GB", 1_000_000_000),
+            ("MB", 1_000_000),
+            ("kB", 1_000),
+        ];
         for (name, shift) in UNITS {
             if self.0 >= 1 << shift && self.0.is_multiple_of(1 << shift) {
                 return write!(f, "{}{}", self.0 >> shift, name);
+            }
+        }
+        for (name, unit) in DECIMAL {
+            if self.0 >= unit && self.0.is_multiple_of(unit) {
+                return write!(f, "{}{}", self.0 / unit, name);
             }
         }
         write!(f, "{}", self.0)
@@ -306,7 +320,9 @@ mod tests {
         assert!(ByteSize::parse("GiB").is_err());
         assert!(ByteSize::parse("99999999999TiB").is_err());
         assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
-        assert_eq!(ByteSize(1000).to_string(), "1000");
+        assert_eq!(ByteSize(1000).to_string(), "1kB");
+        assert_eq!(ByteSize(1_000_000_000).to_string(), "1GB");
+        assert_eq!(ByteSize(12345).to_string(), "12345");
     }
 
     #[test]

@@ -77,6 +77,13 @@ fn config_show_reserve_reload_and_device_read_in_units() {
         .expect("ssd row");
     assert_eq!(ssd["value"], format!("{data}/ssd.img"));
 
+    let done = ctl(&sock, &["config", "set", "reserve", "8MiB"]);
+    assert!(
+        done.contains("(was the format-time reserve, 16.00 MiB)"),
+        "an unset reserve is the volume's own: {done}"
+    );
+    let done = ctl(&sock, &["config", "set", "migrate.bandwidth", "1MB"]);
+    assert!(done.contains("migrate.bandwidth = 1MB"), "{done}");
     let done = ctl(&sock, &["reserve", "set", "8MiB"]);
     assert!(
         done.contains("8.00 MiB") && !done.contains("bytes"),

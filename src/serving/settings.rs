@@ -315,9 +315,9 @@ impl Settings {
         let mut st = self.state.lock();
         let mut settings = st.live.clone();
         settings.insert(key.to_string(), value.to_string());
-        let old_value = value_of(&st.in_force, key);
+        let old_value = shown_value(live, &st.in_force, key);
         self.commit(live, &mut st, settings)?;
-        let now = value_of(&st.in_force, key);
+        let now = shown_value(live, &st.in_force, key);
         info!(key, from = %old_value, to = %now, "live setting changed by the operator");
         Ok(format!(
             "{key} = {now} (was {old_value}); saved: it stays over the configuration until `tierctl config reset {key}`"
@@ -336,17 +336,7 @@ impl Settings {
         let mut settings = st.live.clone();
         settings.remove(key);
         self.commit(live, &mut st, settings)?;
-        let now = if key == "reserve" {
-            format!(
-                "the format-time {}",
-                human_bytes(
-                    u64::from(live.volume.geometry().reserve_extents)
-                        * live.volume.geometry().extent_size
-                )
-            )
-        } else {
-            value_of(&st.in_force, key)
-        };
+        let now = shown_value(live, &st.in_force, key);
         info!(key, to = %now, "live setting reset by the operator");
         Ok(format!("{key} reset: {now} from the configuration"))
     }
@@ -479,6 +469,21 @@ fn reserve_target(live: &Live, new: &Config, live_reserve: Option<&str>) -> Resu
 /// Keys a reload takes from the file into the running daemon.
 fn follows_file(key: &str) -> bool {
     key.starts_with("migrate.") || matches!(key, "heat.sequential-cutoff" | "log-level")
+}
+
+/// The value of `key` in force as a message shows it: an unset reserve
+/// is the volume's own, fixed at format; another unset key is `none`.
+fn shown_value(live: &Live, cfg: &Config, key: &str) -> String {
+    let v = value_of(cfg, key);
+    if !v.is_empty() {
+        return v;
+    }
+    if key == "reserve" {
+        let geo = live.volume.geometry();
+        let bytes = u64::from(geo.reserve_extents) * geo.extent_size;
+        return format!("the format-time reserve, {}", human_bytes(bytes));
+    }
+    "none".into()
 }
 
 /// Keys for a person: `a`, `a and b`, `a, b and c`.
