@@ -4,8 +4,9 @@
 //! (the top-level keys here, each table by its own `validate`). The list of
 //! keys (`table.key` inside a table) is derived from the struct by
 //! serializing the defaults; each key's `TIERD_*` variable and how a change
-//! takes effect on SIGHUP follow from its name. Every table refuses
-//! unknown keys.
+//! takes effect on SIGHUP follow from its name ([`keys`]). Every layer
+//! refuses an unknown key, naming the nearest known one, and the loader
+//! says which keys a layer set ([`load`]); [`validate`] checks the values.
 
 use std::path::PathBuf;
 
