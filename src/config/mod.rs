@@ -6,7 +6,7 @@
 //! serializing the defaults; each key's `TIERD_*` variable and how a change
 //! takes effect on SIGHUP follow from its name ([`keys`]). Every layer
 //! refuses an unknown key, naming the nearest known one, and the loader
-//! says which keys a layer set ([`load`]); [`validate`] checks the values.
+//! says which keys a layer set (`load`); `validate` checks the values.
 
 use std::path::PathBuf;
 
