@@ -1,7 +1,7 @@
 //! Every configuration path refuses a key it does not know, naming the key,
 //! where it was found and the nearest known key: the configuration file, a
 //! `TIERD_*` environment variable (before anything is created), a flag, and
-//! `tierctl config set` on a running daemon.
+//! `tierctl config set` and `config reset` on a running daemon.
 
 mod common;
 
@@ -85,22 +85,27 @@ fn a_typo_in_a_flag_names_the_nearest_flag() {
 }
 
 #[test]
-fn config_set_of_an_unknown_key_names_the_nearest_key() {
+fn config_set_and_reset_of_an_unknown_key_name_the_nearest_key() {
     let d = Daemon::start_with(DaemonOptions::small());
     let sock = d.data_dir().join("control.sock");
-    let out = run_timeout(
-        Command::new(tierctl_bin())
-            .arg("--control")
-            .arg(&sock)
-            .args(["config", "set", "migrate.bandwith", "1MiB"])
-            .env("NO_COLOR", "1"),
-        Duration::from_secs(30),
-    );
-    let what = show("tierctl config set", &out);
-    assert!(!out.status.success(), "{what}");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("migrate.bandwith") && err.contains("did you mean `migrate.bandwidth`"),
-        "{what}"
-    );
+    for args in [
+        &["config", "set", "migrate.bandwith", "1MiB"][..],
+        &["config", "reset", "migrate.bandwith"][..],
+    ] {
+        let out = run_timeout(
+            Command::new(tierctl_bin())
+                .arg("--control")
+                .arg(&sock)
+                .args(args)
+                .env("NO_COLOR", "1"),
+            Duration::from_secs(30),
+        );
+        let what = show(&format!("tierctl {args:?}"), &out);
+        assert!(!out.status.success(), "{what}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("migrate.bandwith") && err.contains("did you mean `migrate.bandwidth`"),
+            "{what}"
+        );
+    }
 }

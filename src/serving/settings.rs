@@ -327,6 +327,10 @@ impl Settings {
     /// `tierctl config reset KEY`: drop a live setting; the configuration's
     /// value comes back.
     pub fn reset(&self, live: &Live, key: &str) -> Result<String, String> {
+        if !crate::config::is_key(key) {
+            let unknown = crate::config::UnknownKey::new(key, crate::config::Origin::Given);
+            return Err(format!("{unknown} (tierctl config show lists every key)"));
+        }
         let mut st = self.state.lock();
         if !st.live.contains_key(key) {
             return Err(format!(
