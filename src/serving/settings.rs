@@ -506,3 +506,16 @@ fn value_of(cfg: &Config, key: &str) -> String {
         .map(|(_, v)| v)
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::list;
+
+    #[test]
+    fn keys_read_as_a_list_in_prose() {
+        assert_eq!(list(&[]), "");
+        assert_eq!(list(&["reserve"]), "reserve");
+        assert_eq!(list(&["a", "b"]), "a and b");
+        assert_eq!(list(&["a", "b", "c"]), "a, b and c");
+    }
+}
