@@ -3,24 +3,30 @@
 //! `validate` returns (naming the key), the I/O hint a request carries down to heat
 //! tracking, the reasons a migration moves an extent, and [`snake_json`]
 //! (how a configuration section, kebab-case in files, appears in JSON
-//! output, where every key is snake_case). It imports nothing
-//! of the crate; everything else may import it.
+//! output, where every key is snake_case), how a byte count reads in a
+//! message ([`human_bytes`]) and how an error reads with its causes
+//! ([`error_text`]). It imports nothing of the crate; everything else may
+//! import it.
 
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A byte count written as a number or with a unit (`4GiB`, `512k`, `1 MiB`).
+/// A byte count written as a number or with a unit (`4GiB`, `512k`, `1 MiB`,
+/// `1GB`): binary units (`KiB`..`TiB` and the single letters `K`..`T`)
+/// are powers of 1024, decimal ones (`kB`..`TB`) powers of 1000, as
+/// coreutils reads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub u64);
 
 /// Why a size does not parse.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid size {0:?}: use a number of bytes or a unit such as 64KiB, 1MiB, 4GiB, 1TiB")]
+#[error("invalid size {0:?}: use a number of bytes or a unit: 64KiB, 1MiB, 4GiB, 1TiB (powers of 1024) or 1MB, 1GB (powers of 1000)")]
 pub struct SizeError(pub String);
 
 impl ByteSize {
-    /// Parse `123`, `64KiB`, `64K`, `64kb`, `1.5GiB` (binary units throughout).
+    /// Parse `123`, `64KiB`, `64K`, `1.5GiB` (powers of 1024) and `64kB`,
+    /// `1GB` (powers of 1000: `1GB` is 1000000000 bytes, never 1 GiB).
     pub fn parse(s: &str) -> Result<Self, SizeError> {
         let t = s.trim();
         let split = t
@@ -30,10 +36,14 @@ impl ByteSize {
         let unit = unit.trim().to_ascii_lowercase();
         let mult: u64 = match unit.as_str() {
             "" | "b" => 1,
-            "k" | "kb" | "kib" => 1 << 10,
-            "m" | "mb" | "mib" => 1 << 20,
-            "g" | "gb" | "gib" => 1 << 30,
-            "t" | "tb" | "tib" => 1 << 40,
+            "k" | "kib" => 1 << 10,
+            "m" | "mib" => 1 << 20,
+            "g" | "gib" => 1 << 30,
+            "t" | "tib" => 1 << 40,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            "tb" => 1_000_000_000_000,
             _ => return Err(SizeError(s.to_string())),
         };
         let err = || SizeError(s.to_string());
@@ -53,11 +63,25 @@ impl ByteSize {
 }
 
 impl fmt::Display for ByteSize {
+    /// In the largest binary unit that divides it (`4GiB`), else the
+    /// largest decimal one (`1MB`), else in bytes: it parses back to the
+    /// same count.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
+        const DECIMAL: [(&str, u64); 4] = [
+            ("TB", 1_000_000_000_000),
+            ("GB", 1_000_000_000),
+            ("MB", 1_000_000),
+            ("kB", 1_000),
+        ];
         for (name, shift) in UNITS {
             if self.0 >= 1 << shift && self.0.is_multiple_of(1 << shift) {
                 return write!(f, "{}{}", self.0 >> shift, name);
+            }
+        }
+        for (name, unit) in DECIMAL {
+            if self.0 >= unit && self.0.is_multiple_of(unit) {
+                return write!(f, "{}{}", self.0 / unit, name);
             }
         }
         write!(f, "{}", self.0)
@@ -90,6 +114,40 @@ impl<'de> Deserialize<'de> for ByteSize {
             Raw::S(s) => ByteSize::parse(&s).map_err(serde::de::Error::custom),
         }
     }
+}
+
+/// A byte count for a person: binary units with two decimals (`2.00 GiB`),
+/// plain bytes below 1 KiB (`512 B`).
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// An error and its causes in one line, `what: why: deeper why`. A cause
+/// whose text the line carries already (an error that prints its source
+/// and also returns it from `source()`, as many do) is not repeated.
+pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 /// What the protocol layer knows about a request's place in a stream.
@@ -262,7 +320,43 @@ mod tests {
         assert!(ByteSize::parse("GiB").is_err());
         assert!(ByteSize::parse("99999999999TiB").is_err());
         assert_eq!(ByteSize(4 << 30).to_string(), "4GiB");
-        assert_eq!(ByteSize(1000).to_string(), "1000");
+        assert_eq!(ByteSize(1000).to_string(), "1kB");
+        assert_eq!(ByteSize(1_000_000_000).to_string(), "1GB");
+        assert_eq!(ByteSize(12345).to_string(), "12345");
+    }
+
+    #[test]
+    fn bytes_read_in_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(2 << 30), "2.00 GiB");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+    }
+
+    #[test]
+    fn an_error_chain_reads_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("opening device x: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("formatting")]
+        struct Outer(#[source] Repeats);
+        let e = Outer(Repeats(std::io::Error::other("no such file")));
+        assert_eq!(error_text(&e), "formatting: opening device x: no such file");
+    }
+
+    #[test]
+    fn decimal_units_are_powers_of_ten() {
+        assert_eq!(ByteSize::parse("1GB"), Ok(ByteSize(1_000_000_000)));
+        assert_eq!(ByteSize::parse("1gb"), Ok(ByteSize(1_000_000_000)));
+        assert_eq!(ByteSize::parse("64kB"), Ok(ByteSize(64_000)));
+        assert_eq!(ByteSize::parse("1.5MB"), Ok(ByteSize(1_500_000)));
+        assert_eq!(ByteSize::parse("2TB"), Ok(ByteSize(2_000_000_000_000)));
+        assert_ne!(ByteSize::parse("1GB"), ByteSize::parse("1GiB"));
+        // What prints reads back as the same number of bytes.
+        for s in ["1GB", "1GiB", "64kB", "12345"] {
+            let b = ByteSize::parse(s).unwrap();
+            assert_eq!(ByteSize::parse(&b.to_string()), Ok(b), "{s}");
+        }
     }
 
     #[test]

@@ -120,7 +120,7 @@ fn config_set_applies_now_survives_restarts_and_resets() {
     let err = fails(&sock, &["config", "set", "migrate.bandwidth", "lots"]);
     assert!(err.contains("migrate.bandwidth"), "{err}");
     let err = fails(&sock, &["config", "set", "migrate.no-such", "1"]);
-    assert!(err.contains("no configuration key"), "{err}");
+    assert!(err.contains("unknown configuration key"), "{err}");
     let err = fails(&sock, &["config", "set", "reserve", "1TiB"]);
     assert!(err.contains("more than the SSD"), "{err}");
     // A refused value changed nothing.

@@ -36,7 +36,7 @@ fn daemon_on_uri(uri: &str, dir: &Path, timeout: &str) -> Daemon {
     opts.extra_args
         .extend(["--remote-timeout".into(), timeout.into()]);
     let d = Daemon::start_with(opts);
-    let control = d.data_dir().join("control.sock");
+    let control = d.control_socket();
     for (range, tier) in [("0+8MiB", "ssd"), ("100MiB+8MiB", "hdd")] {
         run_ok(
             Command::new(tierctl_bin())
@@ -83,7 +83,7 @@ fn placement_of(d: &Daemon, at: u64) -> String {
     let out = run_ok(
         Command::new(tierctl_bin())
             .arg("--control")
-            .arg(d.data_dir().join("control.sock"))
+            .arg(d.control_socket())
             .args(["placement", "--json", &format!("{at}+{LEN}")]),
     );
     let v: serde_json::Value = serde_json::from_str(&out).expect("placement JSON");
@@ -291,7 +291,7 @@ fn the_migration_budget_follows_the_measured_link() {
         ],
     );
     let d = daemon_on(&remote, dir.path(), "30s");
-    let control = d.data_dir().join("control.sock");
+    let control = d.control_socket();
     let tierctl = |args: &[&str]| {
         run_ok(
             Command::new(tierctl_bin())
@@ -455,7 +455,7 @@ fn a_rados_pool_serves_the_hdd_tier() {
     let placed = run_ok(
         Command::new(tierctl_bin())
             .arg("--control")
-            .arg(d.data_dir().join("control.sock"))
+            .arg(d.control_socket())
             .args(["--json", "explain", &HDD_AT.to_string()]),
     );
     let slot = serde_json::from_str::<serde_json::Value>(&placed).expect("explain JSON")["slot"]

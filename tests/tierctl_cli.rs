@@ -282,7 +282,7 @@ fn every_command_text_and_json() {
         Some(8 * MIB)
     );
     let text = ok(&sock, &["reserve", "set", "0"]);
-    assert!(text.contains("reserve target set to 0 bytes"), "{text}");
+    assert!(text.contains("reserve target set to 0 B"), "{text}");
     let err = fails(&sock, &["reserve", "set", "1TiB"]);
     assert!(err.contains("more than the SSD"), "{err}");
 

@@ -488,7 +488,7 @@ fn the_hdd_tier_on_another_tierd_over_tls() {
     let placement = run_ok(
         std::process::Command::new(common::tierctl_bin())
             .arg("--control")
-            .arg(front.data_dir().join("control.sock"))
+            .arg(front.control_socket())
             .args(["placement", "0+96MiB"]),
     );
     assert!(
@@ -499,7 +499,7 @@ fn the_hdd_tier_on_another_tierd_over_tls() {
     let status = run_ok(
         std::process::Command::new(common::tierctl_bin())
             .arg("--control")
-            .arg(remote.data_dir().join("control.sock"))
+            .arg(remote.control_socket())
             .args(["--json", "status"]),
     );
     let v: serde_json::Value = serde_json::from_str(&status).expect("status JSON");

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
-use tierd::config::Config;
+use tierd::config::{Config, Loaded};
 
 /// What a flag takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,12 +58,12 @@ const FLAGS: &[Flag] = {
         flag(
             "ssd-size",
             Value("SIZE"),
-            "Size of the SSD image created on first start (default 4GiB)",
+            "Size of the SSD image created on first start or by format (default 4GiB; refused if an existing SSD has another size)",
         ),
         flag(
             "hdd-size",
             Value("SIZE"),
-            "Size of the HDD image created on first start (default 32GiB)",
+            "Size of the HDD image created on first start or by format (default 32GiB; refused if an existing HDD has another size)",
         ),
         flag(
             "listen",
@@ -181,7 +181,7 @@ const FLAGS: &[Flag] = {
         flag(
             "control",
             Value("PATH"),
-            "Control socket for tierctl (default DATA_DIR/control.sock; \"\" for none)",
+            "Control socket for tierctl (default control.sock beside the metadata directory: DATA_DIR/control.sock unless --meta-dir is set; \"\" for none)",
         ),
     ]
 };
@@ -213,11 +213,17 @@ impl Common {
     /// The configuration: defaults < file (`--config` or `TIERD_CONFIG`) <
     /// `TIERD_*` environment < these flags.
     pub fn load(&self) -> anyhow::Result<Config> {
+        Ok(self.load_layers()?.config)
+    }
+
+    /// [`Common::load`], also saying which keys the file, the environment
+    /// or a flag set.
+    pub fn load_layers(&self) -> anyhow::Result<Loaded> {
         let file = self
             .config
             .clone()
             .or_else(|| std::env::var_os("TIERD_CONFIG").map(PathBuf::from));
-        Config::load(file.as_deref(), std::env::vars(), &self.overrides)
+        Config::load_layers(file.as_deref(), std::env::vars(), &self.overrides)
             .context("loading the configuration")
     }
 }

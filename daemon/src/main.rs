@@ -66,9 +66,13 @@ type LogHandle =
     tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
 
 /// Set up logging; returns a handle to change the level live, unless
-/// RUST_LOG (which wins over the configuration) is set.
+/// RUST_LOG (which wins over the configuration) is set. Colour only when
+/// stderr is a terminal and NO_COLOR is unset: a log file or the journal
+/// gets plain text.
 fn init_logging(level: &str) -> Option<LogHandle> {
+    use std::io::IsTerminal;
     use tracing_subscriber::prelude::*;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let (filter, from_env) = match tracing_subscriber::EnvFilter::try_from_default_env() {
         Ok(f) => (f, true),
         Err(_) => (tracing_subscriber::EnvFilter::new(level), false),
@@ -76,7 +80,11 @@ fn init_logging(level: &str) -> Option<LogHandle> {
     let (layer, handle) = tracing_subscriber::reload::Layer::new(filter);
     tracing_subscriber::registry()
         .with(layer)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(ansi),
+        )
         .init();
     (!from_env).then_some(handle)
 }
@@ -96,13 +104,35 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     })
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One line, each cause once: anyhow's own report repeats a
+            // cause that an error both prints and returns as its source.
+            eprintln!("tierd: error: {}", tierd::units::error_text(e.as_ref()));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve(Common::default())) {
         Command::Serve(common) => {
-            let cfg = common.load()?;
+            let loaded = common.load_layers()?;
+            let cfg = loaded.config.clone();
             let log = init_logging(&cfg.log_level);
-            let (volume, _) = service::prepare(&cfg).context("opening the volume")?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            // Every listen address first: a busy port stops the start
+            // before an image is created or a volume formatted.
+            let endpoints = {
+                let _in_runtime = rt.enter();
+                tierd::serving::Endpoints::bind(&cfg).context("binding the listen addresses")?
+            };
+            let (volume, _) = service::prepare(&loaded).context("opening the volume")?;
             let g = volume.geometry();
             tracing::info!(
                 volume = %volume.id(),
@@ -113,10 +143,6 @@ fn main() -> anyhow::Result<()> {
                 reserve_extents = g.reserve_extents,
                 "volume open"
             );
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
             let reload_from = common.clone();
             let hooks = service::Hooks {
                 reload: Some(Box::new(move || {
@@ -130,7 +156,7 @@ fn main() -> anyhow::Result<()> {
                 })),
             };
             let shutdown = rt.block_on(async { shutdown_signal() })?;
-            rt.block_on(service::run_with(&cfg, volume, shutdown, hooks))
+            rt.block_on(service::run_with(&cfg, volume, endpoints, shutdown, hooks))
                 .context("serving the volume")?;
             Ok(())
         }
@@ -165,9 +191,10 @@ fn main() -> anyhow::Result<()> {
             force,
             json,
         } => {
-            let cfg = common.load()?;
+            let loaded = common.load_layers()?;
+            let cfg = &loaded.config;
             let _ = init_logging(&cfg.log_level);
-            let geo = service::format(&cfg, force).context("formatting")?;
+            let geo = service::format(&loaded, force).context("formatting")?;
             if json {
                 let out = serde_json::json!({
                     "ssd": cfg.ssd_path(),
@@ -181,17 +208,18 @@ fn main() -> anyhow::Result<()> {
                 });
                 println!("{out}");
             } else {
+                use tierd::units::{human_bytes, ByteSize};
                 println!(
-                    "formatted: {} (SSD) + {} (HDD), metadata in {}\n  extent size {} B, {} SSD + {} HDD slots, reserve {} extents\n  capacity {} bytes ({:.2} GiB)",
+                    "formatted: {} (SSD) + {} (HDD), metadata in {}\n  extent size {}, {} SSD + {} HDD slots, reserve {} extents ({})\n  capacity {}",
                     cfg.ssd_path().display(),
                     cfg.hdd_path().display(),
                     cfg.meta_path().display(),
-                    geo.extent_size,
+                    ByteSize(geo.extent_size),
                     geo.ssd_slots,
                     geo.hdd_slots,
                     geo.reserve_extents,
-                    geo.capacity(),
-                    geo.capacity() as f64 / (1u64 << 30) as f64
+                    human_bytes(u64::from(geo.reserve_extents) * geo.extent_size),
+                    human_bytes(geo.capacity()),
                 );
             }
             Ok(())

@@ -17,6 +17,7 @@ use crate::control::{
 };
 use crate::listen::{self, Drain, LoopOptions};
 use crate::migrate::policy::{candidates, effective};
+use crate::units::human_bytes;
 use crate::volume::Tier;
 
 /// Why the control socket cannot be set up.
@@ -25,14 +26,18 @@ pub enum ControlError {
     /// Something else sits at the socket path.
     #[error("{0} exists and is not a socket; refusing to replace it")]
     NotASocket(String),
+    /// Another process answers on the socket.
+    #[error("another process serves on the control socket {0} (is another tierd running? set control to another path, or \"\" for none)")]
+    InUse(String),
     /// A file operation failed.
-    #[error("control socket {path}: {what}: {source}")]
+    #[error("control socket {path}: {what}")]
     Io {
         /// The socket path.
         path: String,
         /// What failed.
         what: &'static str,
         /// Why.
+        #[source]
         source: std::io::Error,
     },
 }
@@ -48,6 +53,9 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
             return Err(ControlError::NotASocket(p));
+        }
+        if super::endpoints::socket_answers(path) {
+            return Err(ControlError::InUse(p));
         }
         std::fs::remove_file(path).map_err(io("removing the stale socket"))?;
     }
@@ -236,8 +244,10 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                         // run one round here.
                         let r = m.run_round();
                         format!(
-                            "ran one round: {} planned, {} moved ({} bytes)",
-                            r.planned, r.moved, r.bytes
+                            "ran one round: {} planned, {} moved ({})",
+                            r.planned,
+                            r.moved,
+                            human_bytes(r.bytes)
                         )
                     }
                 }
@@ -249,8 +259,9 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
             let extents = bytes.div_ceil(es);
             if extents > ssd {
                 return Response::err(format!(
-                    "reserve {bytes} bytes is more than the SSD's {} bytes of slots",
-                    ssd * es
+                    "reserve {} is more than the SSD's {} of extent slots",
+                    human_bytes(bytes),
+                    human_bytes(ssd * es)
                 ));
             }
             let Some(settings) = &live.settings else {
@@ -258,19 +269,35 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                 live.wake();
                 return ack(
                     live,
-                    format!("reserve target set to {} bytes (not saved)", extents * es),
+                    format!(
+                        "reserve target set to {} (not saved)",
+                        human_bytes(extents * es)
+                    ),
                 );
             };
             match settings.set(live, "reserve", &(extents * es).to_string()) {
                 Ok(_) => ack(
                     live,
-                    format!("reserve target set to {} bytes; saved", extents * es),
+                    format!("reserve target set to {}; saved", human_bytes(extents * es)),
                 ),
                 Err(e) => Response::err(e),
             }
         }
         Request::ConfigShow => match &live.settings {
-            Some(s) => Response::ok(s.show()),
+            Some(s) => {
+                let mut rows = s.show();
+                // No reserve setting: the volume's own, fixed at format, is
+                // in force.
+                if let Some(r) = rows
+                    .iter_mut()
+                    .find(|r| r.key == "reserve" && r.value.is_empty())
+                {
+                    let geo = vol.geometry();
+                    r.value =
+                        crate::units::ByteSize(u64::from(geo.reserve_extents) * es).to_string();
+                }
+                Response::ok(rows)
+            }
             None => no_settings(),
         },
         Request::ConfigSet { key, value } => match &live.settings {

@@ -1,6 +1,7 @@
 //! The serving layer: what turns the volume, its heat and its migrator into
 //! a running daemon. It owns the volume as an NBD export ([`adapter`]),
-//! start-up and shutdown ([`service`]), the live state the side channels
+//! the listening endpoints, bound before anything is formatted
+//! ([`endpoints`]), start-up and shutdown ([`service`]), the live state the side channels
 //! read ([`live`]), the control socket's server ([`control`]), the
 //! Prometheus exporter ([`metrics`]) the trace recorder ([`recorder`]) and the capacity tier on a remote NBD
 //! export ([`remote`]). Every listener, NBD's included, runs
@@ -9,6 +10,7 @@
 
 pub mod adapter;
 pub mod control;
+pub mod endpoints;
 pub mod live;
 pub mod metrics;
 pub mod recorder;
@@ -17,5 +19,6 @@ pub mod service;
 pub mod settings;
 
 pub use adapter::VolumeExport;
+pub use endpoints::Endpoints;
 pub use live::{ConnectionProbe, Live};
 pub use recorder::{RecordError, Recorder, RecordingStatus};

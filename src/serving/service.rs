@@ -1,27 +1,32 @@
 //! Running a volume as a service: turning a [`Config`] into open devices, a
 //! metadata store and a volume (creating and formatting the embedded default
-//! image files on first start), formatting on request, and serving the volume
-//! over NBD until shutdown, then flushing it.
+//! image files on first start), formatting on request (creating a missing
+//! image file when its size is given), refusing size settings an existing
+//! volume does not match, and serving the volume over NBD on endpoints bound
+//! beforehand until shutdown, then flushing it.
 
 use std::future::Future;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tokio::net::{TcpListener, UnixListener};
 use tracing::{debug, info, warn};
 
 use super::adapter::VolumeExport;
 use super::control;
+use super::endpoints::Endpoints;
 use super::live::{ConnectionProbe, Live, META_FLUSH_EVERY};
 use super::metrics;
 use super::settings::Settings;
-use crate::config::Config;
+use crate::config::{Config, Loaded};
 use crate::device::{BlockDevice, FileDevice};
 use crate::migrate::Migrator;
 use crate::nbd::{RequestObserver, Server, ServerOptions, ServerTls, TlsFiles};
 use crate::store::{MetaStore, SledStore, StoreError};
-use crate::volume::{Devices, FormatOptions, Geometry, Volume, VolumeError, VolumeOptions};
+use crate::units::{error_text, human_bytes, ByteSize};
+use crate::volume::{
+    Devices, FormatOptions, Geometry, Volume, VolumeError, VolumeOptions, MIN_DEVICE_SIZE,
+};
 
 /// Errors of preparing and running the service.
 #[derive(Debug, thiserror::Error)]
@@ -30,19 +35,21 @@ pub enum ServiceError {
     #[error(transparent)]
     Volume(#[from] VolumeError),
     /// The metadata store cannot be opened.
-    #[error("metadata store at {path}: {source}")]
+    #[error("metadata store at {}", .path.display())]
     Store {
         /// Its directory.
         path: PathBuf,
         /// Why.
+        #[source]
         source: StoreError,
     },
     /// A file-level failure with what was being done.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What failed.
         what: String,
         /// Why.
+        #[source]
         source: std::io::Error,
     },
     /// A state the service will not act on by itself.
@@ -176,7 +183,7 @@ pub fn replace_ssd(
             path.display()
         ));
     }
-    let dev = open_device(cfg, path, &cfg.ssd_model).map_err(|e| e.to_string())?;
+    let dev = open_device(cfg, path, &cfg.ssd_model).map_err(|e| error_text(&e))?;
     live.volume
         .replace_ssd(dev, &path.display().to_string(), force)
         .map_err(|e| e.to_string())?;
@@ -219,18 +226,145 @@ pub fn open_store(cfg: &Config) -> Result<Arc<SledStore>> {
         })
 }
 
-/// Format the configured devices as a new volume.
-pub fn format(cfg: &Config, force: bool) -> Result<Geometry> {
-    if cfg.uses_default_images() {
-        create_default_images(cfg, false)?;
+/// One tier's device as the configuration names it.
+struct TierPath {
+    /// `ssd` or `hdd`.
+    name: &'static str,
+    path: PathBuf,
+    /// The key that sizes its image (`ssd-size`).
+    size_key: &'static str,
+    size: ByteSize,
+    /// The embedded default image (`<data-dir>/ssd.img`), not a named one.
+    default_image: bool,
+}
+
+impl TierPath {
+    fn both(cfg: &Config) -> [TierPath; 2] {
+        [
+            TierPath {
+                name: "ssd",
+                path: cfg.ssd_path(),
+                size_key: "ssd-size",
+                size: cfg.ssd_size,
+                default_image: cfg.ssd.is_none(),
+            },
+            TierPath {
+                name: "hdd",
+                path: cfg.hdd_path(),
+                size_key: "hdd-size",
+                size: cfg.hdd_size,
+                default_image: cfg.hdd.is_none(),
+            },
+        ]
+    }
+
+    /// Remote storage (NBD, RADOS): nothing to create, stat or size here.
+    fn is_remote(&self) -> bool {
+        self.path
+            .to_str()
+            .is_some_and(|s| crate::nbd::client::is_uri(s) || crate::device::rados::is_rados_uri(s))
+    }
+
+    /// The size of the image file, if it is an existing regular file (a
+    /// block device has its own size, which no setting changes).
+    fn image_size(&self) -> Option<u64> {
+        if self.is_remote() {
+            return None;
+        }
+        std::fs::metadata(&self.path)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len())
+    }
+}
+
+/// A size setting (`ssd-size`, `hdd-size`) a layer gave that an existing
+/// image file does not have is refused: the size only applies when tierd
+/// creates the image, and opening the volume as it is would ignore what
+/// was asked without a word. Block devices and remote tiers are not
+/// image files: the setting means nothing to them.
+fn check_given_sizes(loaded: &Loaded) -> Result<()> {
+    for t in TierPath::both(&loaded.config) {
+        let Some(have) = t.image_size() else {
+            continue;
+        };
+        if loaded.is_given(t.size_key) && have != t.size.0 {
+            // In units; in bytes only where the units cannot tell them apart.
+            let (mut have_h, mut want_h) = (human_bytes(have), human_bytes(t.size.0));
+            if have_h == want_h {
+                (have_h, want_h) = (format!("{have} bytes"), format!("{} bytes", t.size.0));
+            }
+            return Err(ServiceError::Refused(format!(
+                "{path} is {have_h}, but {key} asks for {want_h}: \
+                 {key} only sizes an image file tierd creates, and an existing image keeps its size. \
+                 Drop {key} (--{key}, {var} or the configuration file's key) to use {path} as it is, \
+                 or remove the volume's files (images and metadata directory) to start a new volume of that size",
+                path = t.path.display(),
+                key = t.size_key,
+                var = crate::config::env_var(t.size_key),
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Format the configured devices as a new volume. A missing image file is
+/// created (sparse) when it is the embedded default or its size is given
+/// (`--ssd-size`); listen addresses are the caller's to check first.
+pub fn format(loaded: &Loaded, force: bool) -> Result<Geometry> {
+    let cfg = &loaded.config;
+    check_given_sizes(loaded)?;
+    for t in TierPath::both(cfg) {
+        if t.is_remote() || t.path.exists() {
+            continue;
+        }
+        if !(t.default_image || loaded.is_given(t.size_key)) {
+            return Err(ServiceError::Refused(format!(
+                "{path} does not exist: name an existing device, or give its size to create it as an image file (--{key} SIZE, e.g. --{key} {example})",
+                path = t.path.display(),
+                key = t.size_key,
+                example = t.size,
+            )));
+        }
+        create_image(&t.path, t.size)?;
     }
     let store = open_store(cfg)?;
     format_with(cfg, store.as_ref(), force)
 }
 
+/// Create a sparse image file of `size`, and its directory.
+fn create_image(path: &Path, size: ByteSize) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(io_ctx(format!("creating directory {}", dir.display())))?;
+    }
+    FileDevice::create_image(path, size.0)
+        .map_err(io_ctx(format!("creating image {}", path.display())))?;
+    info!(path = %path.display(), size = %size, "created sparse image file");
+    Ok(())
+}
+
 /// [`format`] with an already open store.
 fn format_with(cfg: &Config, store: &dyn MetaStore, force: bool) -> Result<Geometry> {
     let devices = open_devices(cfg)?;
+    for (t, dev) in TierPath::both(cfg).iter().zip([&devices.ssd, &devices.hdd]) {
+        if dev.size() < MIN_DEVICE_SIZE {
+            return Err(ServiceError::Refused(format!(
+                "the {} device {} ({}) is too small: a tier needs at least {}",
+                t.name,
+                t.path.display(),
+                human_bytes(dev.size()),
+                ByteSize(MIN_DEVICE_SIZE)
+            )));
+        }
+    }
+    if devices.ssd.size() > devices.hdd.size() {
+        warn!(
+            ssd = %human_bytes(devices.ssd.size()),
+            hdd = %human_bytes(devices.hdd.size()),
+            "the SSD is larger than the HDD: are the devices swapped? (--ssd is the fast tier, --hdd the large one)"
+        );
+    }
     let opts = FormatOptions {
         extent_size: cfg.extent_size.0,
         reserve: cfg.reserve.map(|r| r.0),
@@ -253,15 +387,14 @@ fn create_default_images(cfg: &Config, require_new: bool) -> Result<()> {
         if path.exists() {
             if require_new {
                 return Err(ServiceError::Refused(format!(
-                    "{} exists but the volume is not formatted; tierd never formats existing devices implicitly: run `tierd format` (add --force to overwrite)",
-                    path.display()
+                    "{} exists but the volume is not formatted; tierd never formats existing devices implicitly: run `tierd format --data-dir {}` (add --force to overwrite)",
+                    path.display(),
+                    cfg.data_dir.display()
                 )));
             }
             continue;
         }
-        FileDevice::create_image(&path, size.0)
-            .map_err(io_ctx(format!("creating image {}", path.display())))?;
-        info!(path = %path.display(), size = %size, "created sparse image file");
+        create_image(&path, size)?;
     }
     Ok(())
 }
@@ -269,7 +402,9 @@ fn create_default_images(cfg: &Config, require_new: bool) -> Result<()> {
 /// Open the configured volume. With the embedded default (no `ssd`/`hdd`
 /// configured) and nothing in the data directory yet, create and format the
 /// image files first. Returns the volume and whether it was formatted now.
-pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
+pub fn prepare(loaded: &Loaded) -> Result<(Arc<Volume>, bool)> {
+    let cfg = &loaded.config;
+    check_given_sizes(loaded)?;
     let mut formatted = false;
     let store_exists = SledStore::exists(&cfg.meta_path());
     // Opened once: sled releases its lock asynchronously after a drop, so
@@ -287,10 +422,9 @@ pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
         formatted = true;
     } else if !store_exists {
         return Err(ServiceError::Refused(format!(
-            "no metadata store at {}: the devices are not formatted as a tierd volume (run `tierd format --ssd {} --hdd {}`)",
+            "no metadata store at {}: the devices are not formatted as a tierd volume; format them: `{}` (with the --config and other flags given here, which format takes too)",
             cfg.meta_path().display(),
-            cfg.ssd_path().display(),
-            cfg.hdd_path().display()
+            format_command(cfg)
         )));
     }
     let devices = open_devices(cfg)?;
@@ -308,6 +442,23 @@ pub fn prepare(cfg: &Config) -> Result<(Arc<Volume>, bool)> {
         Arc::new(Volume::open_with(devices, store, opts)?),
         formatted,
     ))
+}
+
+/// The `tierd format` command that formats the devices `cfg` names, with
+/// the size of each missing image file, so that it works as printed.
+fn format_command(cfg: &Config) -> String {
+    let mut cmd = format!(
+        "tierd format --ssd {} --hdd {} --meta-dir {}",
+        cfg.ssd_path().display(),
+        cfg.hdd_path().display(),
+        cfg.meta_path().display()
+    );
+    for t in TierPath::both(cfg) {
+        if !t.is_remote() && !t.path.exists() {
+            cmd.push_str(&format!(" --{} {}", t.size_key, t.size));
+        }
+    }
+    cmd
 }
 
 /// Hooks the binary gives [`run_with`]: how to reload the configuration on
@@ -339,15 +490,18 @@ pub async fn run(
     volume: Arc<Volume>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
-    run_with(cfg, volume, shutdown, Hooks::default()).await
+    let endpoints = Endpoints::bind(cfg)?;
+    run_with(cfg, volume, endpoints, shutdown, Hooks::default()).await
 }
 
-/// [`run`] with hooks: also serves metrics and the control socket as
-/// configured, reloads on SIGHUP, and tells systemd when it is ready and
-/// when it stops (`NOTIFY_SOCKET`).
+/// [`run`] on endpoints bound beforehand ([`Endpoints::bind`], before the
+/// volume was opened), with hooks: also serves metrics and the control
+/// socket as configured, reloads on SIGHUP, and tells systemd when it is
+/// ready and when it stops (`NOTIFY_SOCKET`).
 pub async fn run_with(
     cfg: &Config,
     volume: Arc<Volume>,
+    mut endpoints: Endpoints,
     shutdown: impl Future<Output = ()>,
     hooks: Hooks,
 ) -> Result<()> {
@@ -415,10 +569,7 @@ pub async fn run_with(
     };
     let mut probe = ConnectionProbe::default();
     let mut tasks = tokio::task::JoinSet::new();
-    if !cfg.listen.is_empty() {
-        let listener = TcpListener::bind(&cfg.listen)
-            .await
-            .map_err(io_ctx(format!("listening on {}", cfg.listen)))?;
+    if let Some(listener) = endpoints.tcp.take() {
         let addr = listener
             .local_addr()
             .map_err(io_ctx("reading the bound address"))?;
@@ -430,24 +581,7 @@ pub async fn run_with(
         let (server, rx) = (server.clone(), stop_rx.clone());
         tasks.spawn(async move { server.serve_tcp(listener, stopped(rx)).await });
     }
-    if let Some(path) = &cfg.unix {
-        if path.exists() {
-            // A leftover socket from an earlier run; refuse anything else.
-            let meta = std::fs::symlink_metadata(path)
-                .map_err(io_ctx(format!("inspecting {}", path.display())))?;
-            if !std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) {
-                return Err(ServiceError::Refused(format!(
-                    "{} exists and is not a socket; refusing to replace it",
-                    path.display()
-                )));
-            }
-            std::fs::remove_file(path)
-                .map_err(io_ctx(format!("removing stale socket {}", path.display())))?;
-        }
-        let listener =
-            UnixListener::bind(path).map_err(io_ctx(format!("binding {}", path.display())))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(io_ctx(format!("restricting {}", path.display())))?;
+    if let Some((path, listener)) = endpoints.unix.take() {
         probe.unix = Some(path.clone());
         info!(path = %path.display(), "serving NBD over a Unix socket");
         let (server, rx) = (server.clone(), stop_rx.clone());
@@ -460,33 +594,20 @@ pub async fn run_with(
     );
     // Side services: their end never stops the daemon.
     let mut side = tokio::task::JoinSet::new();
-    if let Some(path) = cfg.control_path() {
-        let listener = control::bind(&path).map_err(|e| ServiceError::Refused(e.to_string()))?;
+    if let Some((path, listener)) = endpoints.control.take() {
         info!(path = %path.display(), "control socket ready");
         let (live, rx) = (live.clone(), stop_rx.clone());
         side.spawn(async move { control::serve(listener, live, stopped(rx)).await });
     }
-    if !cfg.metrics_listen.is_empty() {
-        // Metrics are worth less than serving the volume: a busy port or a
-        // recorder failure is logged, not fatal.
-        match (
-            metrics::install(),
-            TcpListener::bind(&cfg.metrics_listen).await,
-        ) {
-            (Ok(handle), Ok(listener)) => {
-                match listener.local_addr() {
-                    Ok(addr) => info!("serving metrics on http://{addr}/metrics"),
-                    Err(e) => warn!("metrics listener address: {e}"),
-                }
-                let (live, rx) = (live.clone(), stop_rx.clone());
-                side.spawn(async move { metrics::serve(listener, handle, live, stopped(rx)).await });
-            }
-            (Err(e), _) => warn!("metrics are off: {e}"),
-            (_, Err(e)) => warn!(
-                "metrics are off: cannot listen on {} ({e}); set metrics-listen to a free HOST:PORT or \"\"",
-                cfg.metrics_listen
-            ),
+    // Metrics are worth less than serving the volume: a busy port or a
+    // recorder failure was logged when the endpoints were bound.
+    if let Some((handle, listener)) = endpoints.metrics.take() {
+        match listener.local_addr() {
+            Ok(addr) => info!("serving metrics on http://{addr}/metrics"),
+            Err(e) => warn!("metrics listener address: {e}"),
         }
+        let (live, rx) = (live.clone(), stop_rx.clone());
+        side.spawn(async move { metrics::serve(listener, handle, live, stopped(rx)).await });
     }
     {
         let (live, mut rx) = (live.clone(), stop_rx.clone());

@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use super::live::Live;
 use crate::config::{default_of, reload_effect, Config, Reload};
 use crate::control::{EvacuationStatus, Setting};
+use crate::units::human_bytes;
 use crate::volume::Tier;
 
 /// Load the configuration again; `Err` is a message.
@@ -172,15 +173,17 @@ impl Settings {
         self.state.lock().live.clone()
     }
 
-    /// Every key with its value, default and source.
+    /// Every key with its value in force, default and source. The paths
+    /// that follow from the data directory when unset (`ssd`, `hdd`,
+    /// `meta-dir`, `control`) show the path in effect; an unset optional
+    /// key and a key without a default are `""`.
     pub fn show(&self) -> Vec<Setting> {
         let st = self.state.lock();
+        let cfg = &st.in_force;
         let defaults = Config::default().values();
-        st.in_force
-            .values()
+        cfg.values()
             .into_iter()
             .map(|(k, v)| {
-                let default = default_of(k).unwrap_or_default();
                 let d = defaults.iter().find(|(dk, _)| *dk == k).map(|(_, d)| d);
                 let source = if st.live.contains_key(k) {
                     "tierctl"
@@ -189,10 +192,20 @@ impl Settings {
                 } else {
                     "configuration"
                 };
+                let value = match k {
+                    "ssd" => cfg.ssd_path().display().to_string(),
+                    "hdd" => cfg.hdd_path().display().to_string(),
+                    "meta-dir" => cfg.meta_path().display().to_string(),
+                    "control" => cfg
+                        .control_path()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    _ => v,
+                };
                 Setting {
                     key: k.to_string(),
-                    value: v,
-                    default,
+                    value,
+                    default: default_of(k).unwrap_or_default(),
                     live: is_live(k),
                     source: source.into(),
                 }
@@ -286,9 +299,8 @@ impl Settings {
     /// what was done.
     pub fn set(&self, live: &Live, key: &str, value: &str) -> Result<String, String> {
         if !crate::config::is_key(key) {
-            return Err(format!(
-                "{key:?} is no configuration key (tierctl config show lists them)"
-            ));
+            let unknown = crate::config::UnknownKey::new(key, crate::config::Origin::Given);
+            return Err(format!("{unknown} (tierctl config show lists every key)"));
         }
         if !is_live(key) {
             let when = match reload_effect(key) {
@@ -303,9 +315,9 @@ impl Settings {
         let mut st = self.state.lock();
         let mut settings = st.live.clone();
         settings.insert(key.to_string(), value.to_string());
-        let old_value = value_of(&st.in_force, key);
+        let old_value = shown_value(live, &st.in_force, key);
         self.commit(live, &mut st, settings)?;
-        let now = value_of(&st.in_force, key);
+        let now = shown_value(live, &st.in_force, key);
         info!(key, from = %old_value, to = %now, "live setting changed by the operator");
         Ok(format!(
             "{key} = {now} (was {old_value}); saved: it stays over the configuration until `tierctl config reset {key}`"
@@ -315,6 +327,10 @@ impl Settings {
     /// `tierctl config reset KEY`: drop a live setting; the configuration's
     /// value comes back.
     pub fn reset(&self, live: &Live, key: &str) -> Result<String, String> {
+        if !crate::config::is_key(key) {
+            let unknown = crate::config::UnknownKey::new(key, crate::config::Origin::Given);
+            return Err(format!("{unknown} (tierctl config show lists every key)"));
+        }
         let mut st = self.state.lock();
         if !st.live.contains_key(key) {
             return Err(format!(
@@ -324,15 +340,7 @@ impl Settings {
         let mut settings = st.live.clone();
         settings.remove(key);
         self.commit(live, &mut st, settings)?;
-        let now = if key == "reserve" {
-            format!(
-                "the format-time {} bytes",
-                u64::from(live.volume.geometry().reserve_extents)
-                    * live.volume.geometry().extent_size
-            )
-        } else {
-            value_of(&st.in_force, key)
-        };
+        let now = shown_value(live, &st.in_force, key);
         info!(key, to = %now, "live setting reset by the operator");
         Ok(format!("{key} reset: {now} from the configuration"))
     }
@@ -373,19 +381,32 @@ impl Settings {
         let (restart, format_only) = (effect(Reload::Restart), effect(Reload::Format));
         st.base = base;
         st.in_force = next;
-        let mut msg = format!("configuration reloaded; applied: {applied:?}");
+        let mut msg = if applied.is_empty() {
+            "configuration reloaded; nothing that applies live changed".to_string()
+        } else {
+            format!("configuration reloaded; applied live: {}", list(&applied))
+        };
         info!(applied = ?applied, "configuration reloaded");
         if !held.is_empty() {
             warn!(keys = ?held, "reload: these keys have live settings, which stay in force (tierctl config reset KEY)");
-            msg.push_str(&format!("; held by live settings: {held:?}"));
+            msg.push_str(&format!(
+                "; held by live settings, which stay in force until `tierctl config reset KEY`: {}",
+                list(&held)
+            ));
         }
         if !restart.is_empty() {
             warn!(keys = ?restart, "reload: these changes take effect only after a restart (the [heat] half-life is fixed when the volume opens)");
-            msg.push_str(&format!("; need a restart: {restart:?}"));
+            msg.push_str(&format!(
+                "; changed but need a restart to take effect: {}",
+                list(&restart)
+            ));
         }
         if !format_only.is_empty() {
             warn!(keys = ?format_only, "reload: these keys apply only when a volume is formatted; the running volume keeps its geometry (use `tierctl config set reserve SIZE` for a live reserve target)");
-            msg.push_str(&format!("; apply only at format: {format_only:?}"));
+            msg.push_str(&format!(
+                "; changed but apply only when a volume is formatted: {}",
+                list(&format_only)
+            ));
         }
         Ok(msg)
     }
@@ -441,9 +462,9 @@ fn reserve_target(live: &Live, new: &Config, live_reserve: Option<&str>) -> Resu
     let ssd = u64::from(geo.ssd_slots);
     if extents > ssd {
         return Err(format!(
-            "reserve {} is more than the SSD's {} bytes of slots",
-            extents * es,
-            ssd * es
+            "reserve {} is more than the SSD's {} of extent slots",
+            human_bytes(extents * es),
+            human_bytes(ssd * es)
         ));
     }
     Ok(extents)
@@ -454,10 +475,47 @@ fn follows_file(key: &str) -> bool {
     key.starts_with("migrate.") || matches!(key, "heat.sequential-cutoff" | "log-level")
 }
 
+/// The value of `key` in force as a message shows it: an unset reserve
+/// is the volume's own, fixed at format; another unset key is `none`.
+fn shown_value(live: &Live, cfg: &Config, key: &str) -> String {
+    let v = value_of(cfg, key);
+    if !v.is_empty() {
+        return v;
+    }
+    if key == "reserve" {
+        let geo = live.volume.geometry();
+        let bytes = u64::from(geo.reserve_extents) * geo.extent_size;
+        return format!("the format-time reserve, {}", human_bytes(bytes));
+    }
+    "none".into()
+}
+
+/// Keys for a person: `a`, `a and b`, `a, b and c`.
+fn list(keys: &[&str]) -> String {
+    match keys {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
 fn value_of(cfg: &Config, key: &str) -> String {
     cfg.values()
         .into_iter()
         .find(|(k, _)| *k == key)
         .map(|(_, v)| v)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::list;
+
+    #[test]
+    fn keys_read_as_a_list_in_prose() {
+        assert_eq!(list(&[]), "");
+        assert_eq!(list(&["reserve"]), "reserve");
+        assert_eq!(list(&["a", "b"]), "a and b");
+        assert_eq!(list(&["a", "b", "c"]), "a, b and c");
+    }
 }

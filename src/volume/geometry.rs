@@ -15,6 +15,11 @@ pub const BLOCK_SIZE: u64 = 4096;
 pub const DATA_OFFSET: u64 = 1 << 20;
 /// Smallest allowed extent size.
 pub const MIN_EXTENT_SIZE: u64 = 64 << 10;
+
+/// The smallest device (or image file) `tierd format` takes for either
+/// tier, and the smallest `ssd-size` and `hdd-size` the configuration
+/// accepts: room for the superblock and a few extents.
+pub const MIN_DEVICE_SIZE: u64 = 8 << 20;
 /// Largest allowed extent size.
 pub const MAX_EXTENT_SIZE: u64 = 64 << 20;
 /// Default extent size.
@@ -79,7 +84,7 @@ pub enum GeometryError {
     #[error("extent size {0} must be a power of two from 64KiB to 64MiB")]
     ExtentSize(u64),
     /// A device is too small to hold even one extent.
-    #[error("the {tier} device ({size} bytes) is too small: it needs at least {need} bytes")]
+    #[error("the {tier} device ({}) is too small: it needs at least {} (the superblock and one extent)", crate::units::human_bytes(*.size), crate::units::human_bytes(*.need))]
     DeviceTooSmall { tier: Tier, size: u64, need: u64 },
     /// A device holds more slots than the format can address.
     #[error("the {0} device holds more than 2^32 extents: use a larger extent size")]

@@ -37,7 +37,7 @@ pub use stats::Stats;
 pub use extent::{Loc, LogPos, Logged, Mapping, RecordError, Shadow, Written};
 pub use geometry::{
     Geometry, GeometryError, Tier, BLOCK_SIZE, DATA_OFFSET, DEFAULT_EXTENT_SIZE, DEFAULT_RESERVE,
-    MAX_EXTENT_SIZE, MIN_EXTENT_SIZE,
+    MAX_EXTENT_SIZE, MIN_DEVICE_SIZE, MIN_EXTENT_SIZE,
 };
 pub use superblock::{detect_content, Superblock, SuperblockError, FORMAT_VERSION, PROBE_SIZE};
 

@@ -506,6 +506,19 @@ impl Daemon {
         );
     }
 
+    /// The control socket, as the daemon logged it (`control socket ready
+    /// path=...`): `<data-dir>/control.sock`, or beside an explicit
+    /// `--meta-dir`.
+    pub fn control_socket(&self) -> PathBuf {
+        const READY: &str = "control socket ready path=";
+        let log = self.log();
+        let logged = log
+            .rsplit_once(READY)
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .map(PathBuf::from);
+        logged.unwrap_or_else(|| self.data_dir.join("control.sock"))
+    }
+
     /// Start the daemon again on the same data directory and port (it must
     /// be stopped).
     pub fn restart(&mut self) {

@@ -6,7 +6,7 @@ use anyhow::Context;
 use tierd::device::{BlockDevice, FileDevice};
 use tierd::volume::{detect_content, Superblock, PROBE_SIZE};
 
-use crate::out::say;
+use crate::out::{human, say, utc};
 
 pub fn show(path: &Path, json: bool) -> anyhow::Result<()> {
     let dev =
@@ -33,9 +33,9 @@ pub fn show(path: &Path, json: bool) -> anyhow::Result<()> {
     } else {
         match &sb {
             Ok(sb) => say!(
-                "{}: tierd {} device of volume {}\n  format version {}, extent size {} B, {} slots from offset {}\n  device size {} B (at format: {} B), formatted at unix time {}",
-                path.display(), sb.role, sb.volume_id, sb.version, sb.extent_size,
-                sb.slots, sb.data_offset, dev.size(), sb.device_size, sb.created
+                "{}: tierd {} device of volume {}\n  format version {}, extent size {}, {} slots from offset {}\n  device size {} (at format: {}), formatted {}",
+                path.display(), sb.role, sb.volume_id, sb.version, human(sb.extent_size),
+                sb.slots, human(sb.data_offset), human(dev.size()), human(sb.device_size), utc(sb.created)
             ),
             Err(e) => say!(
                 "{}: not a tierd device ({e}); it carries {}",

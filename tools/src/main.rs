@@ -295,7 +295,8 @@ pub fn print_json(resp: &Response) -> anyhow::Result<()> {
 
 fn main() {
     if let Err(e) = run() {
-        eprintln!("tierctl: {e:#}");
+        // Each cause once (see tierd::units::error_text).
+        eprintln!("tierctl: {}", tierd::units::error_text(e.as_ref()));
         std::process::exit(1);
     }
 }
@@ -423,11 +424,11 @@ fn run() -> anyhow::Result<()> {
             }
             if let Some(m) = e.last_move {
                 say!(
-                    "  last move: {} -> {} ({}) at unix time {}",
+                    "  last move: {} -> {} ({}) at {}",
                     m.from,
                     m.to,
                     m.reason.name(),
-                    m.at
+                    out::utc(m.at)
                 );
             }
             say!("  why: {}", explain.why);
@@ -516,19 +517,23 @@ fn run() -> anyhow::Result<()> {
                 "from",
                 "live"
             );
+            // One notation for nothing: an unset key, a key turned off
+            // with "" and a key without a default all read `none`.
+            let shown = |v: &str| {
+                if v.is_empty() {
+                    "none".to_string()
+                } else {
+                    v.to_string()
+                }
+            };
             for r in rows.iter().filter(|r| r.live || !*live) {
-                let value = if r.value.is_empty() { "-" } else { &r.value };
                 say!(
                     "{:<28} {:<24} {:<14} {:<5} {}",
                     r.key,
-                    value,
+                    shown(&r.value),
                     r.source,
                     if r.live { "yes" } else { "no" },
-                    if r.default.is_empty() {
-                        "-"
-                    } else {
-                        &r.default
-                    }
+                    shown(&r.default)
                 );
             }
             Ok(())

@@ -1,0 +1,124 @@
+//! The daemon's listening endpoints: NBD over TCP and over a Unix socket,
+//! the control socket and the metrics address, all bound before the volume
+//! is opened (or created and formatted), so a busy port or a socket another
+//! process serves on stops the start before anything is written. A socket
+//! file bound by a start that fails later is removed again.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::{TcpListener, UnixListener};
+use tracing::warn;
+
+use super::service::ServiceError;
+use super::{control, metrics};
+use crate::config::Config;
+
+/// The bound endpoints the configuration asks for; each `None` when turned
+/// off (the metrics endpoint also when it cannot be had: metrics are worth
+/// less than serving the volume).
+pub struct Endpoints {
+    pub(super) tcp: Option<TcpListener>,
+    pub(super) unix: Option<(PathBuf, UnixListener)>,
+    pub(super) control: Option<(PathBuf, UnixListener)>,
+    pub(super) metrics: Option<(PrometheusHandle, TcpListener)>,
+}
+
+/// A TCP listener on `addr`, for the runtime we are in.
+fn tcp(addr: &str) -> io::Result<TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
+    TcpListener::from_std(l)
+}
+
+/// Whether a process answers on the Unix socket at `path`.
+pub(super) fn socket_answers(path: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(path).is_ok()
+}
+
+impl Endpoints {
+    /// Bind every endpoint of `cfg`. Call it inside a tokio runtime context
+    /// (`Runtime::enter`): the listeners belong to that runtime.
+    pub fn bind(cfg: &Config) -> Result<Endpoints, ServiceError> {
+        let mut e = Endpoints {
+            tcp: None,
+            unix: None,
+            control: None,
+            metrics: None,
+        };
+        if !cfg.listen.is_empty() {
+            e.tcp = Some(tcp(&cfg.listen).map_err(|source| ServiceError::Io {
+                what: format!(
+                    "NBD cannot listen on {} (is another tierd running? set listen to a free HOST:PORT)",
+                    cfg.listen
+                ),
+                source,
+            })?);
+        }
+        if let Some(path) = &cfg.unix {
+            e.unix = Some((path.clone(), bind_unix(path)?));
+        }
+        if let Some(path) = cfg.control_path() {
+            let l = control::bind(&path)
+                .map_err(|e| ServiceError::Refused(crate::units::error_text(&e)))?;
+            e.control = Some((path, l));
+        }
+        if !cfg.metrics_listen.is_empty() {
+            match (metrics::install(), tcp(&cfg.metrics_listen)) {
+                (Ok(handle), Ok(listener)) => e.metrics = Some((handle, listener)),
+                (Err(err), _) => warn!("metrics are off: {err}"),
+                (_, Err(err)) => warn!(
+                    "metrics are off: cannot listen on {} ({err}); set metrics-listen to a free HOST:PORT or \"\"",
+                    cfg.metrics_listen
+                ),
+            }
+        }
+        Ok(e)
+    }
+
+    /// The address NBD is served on over TCP, if it is.
+    pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
+        self.tcp.as_ref().and_then(|l| l.local_addr().ok())
+    }
+}
+
+/// The NBD Unix socket at `path`, mode 0600: a stale socket there is
+/// replaced, a live one or anything else refused.
+fn bind_unix(path: &Path) -> Result<UnixListener, ServiceError> {
+    let io_err = |what: String| move |source| ServiceError::Io { what, source };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) {
+            return Err(ServiceError::Refused(format!(
+                "{} exists and is not a socket; refusing to replace it",
+                path.display()
+            )));
+        }
+        if socket_answers(path) {
+            return Err(ServiceError::Refused(format!(
+                "another process serves on {} (is another tierd running?); set unix to another path",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path)
+            .map_err(io_err(format!("removing stale socket {}", path.display())))?;
+    }
+    let listener =
+        UnixListener::bind(path).map_err(io_err(format!("binding {}", path.display())))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io_err(format!("restricting {}", path.display())))?;
+    Ok(listener)
+}
+
+impl Drop for Endpoints {
+    /// Sockets not handed to the server (the start failed) are removed.
+    fn drop(&mut self) {
+        for (path, _) in [self.unix.take(), self.control.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
