@@ -25,7 +25,8 @@ pub const MAX_LINE: usize = 64 * 1024;
 pub enum Request {
     /// Capacity, per-tier use, reserve, hit ratio, migration, connections.
     Status,
-    /// Runs of ssd/hdd/unmapped over `[offset, offset+len)` (default: all).
+    /// Runs of ssd/hdd/unmapped over `[offset, offset+len)` (default: all;
+    /// a range past the end of the volume is clipped to it).
     Placement {
         /// First byte (default 0).
         #[serde(default)]
@@ -47,21 +48,25 @@ pub enum Request {
         #[serde(default = "default_top")]
         n: usize,
     },
-    /// Pin the extents overlapping a byte range to a tier.
+    /// Pin the extents overlapping a byte range to a tier. A range that
+    /// runs past the end of the volume is clipped to it (the answer says so).
     Pin {
         /// First byte.
         offset: u64,
-        /// Bytes.
-        len: u64,
+        /// Bytes (default: to the end of the volume).
+        #[serde(default)]
+        len: Option<u64>,
         /// The tier.
         tier: Tier,
     },
-    /// Remove pins from the extents overlapping a byte range.
+    /// Remove pins from the extents overlapping a byte range (clipped to
+    /// the volume as [`Request::Pin`]).
     Unpin {
         /// First byte.
         offset: u64,
-        /// Bytes.
-        len: u64,
+        /// Bytes (default: to the end of the volume).
+        #[serde(default)]
+        len: Option<u64>,
     },
     /// Pause, resume or run background migration now.
     Migrate {
@@ -612,7 +617,7 @@ mod tests {
             r,
             Request::Pin {
                 offset: 0,
-                len: 4096,
+                len: Some(4096),
                 tier: Tier::Ssd
             }
         );
