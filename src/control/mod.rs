@@ -436,13 +436,26 @@ pub struct EvacuationStatus {
     /// The tier drained.
     pub tier: Tier,
     /// Extents' worth on it when draining started (or now, for a plan):
-    /// mapped extents, and the write log's segments (SSD) or shadows (HDD).
+    /// mapped extents, and the write log's segments (SSD) or shadows (HDD)
+    /// (`data_extents`, `log_segments`, `shadow_extents` split what remains).
     pub started_extents: u64,
     /// What still occupies it.
     pub remaining_extents: u64,
     /// Of that, mapped extents the other tier has no free slot for: they
     /// stay unless room appears.
     pub would_remain_extents: u64,
+    /// Of what remains, the volume's data on the tier now: its mapped
+    /// extents, the count `status` shows for the tier.
+    #[serde(default)]
+    pub data_extents: u64,
+    /// Of what remains, SSD slots of the write log (SSD only): written
+    /// back to the HDD extents they belong to, nothing to move.
+    #[serde(default)]
+    pub log_segments: u64,
+    /// Of what remains, clean HDD copies SSD extents keep (HDD only):
+    /// dropped, nothing to move.
+    #[serde(default)]
+    pub shadow_extents: u64,
     /// Extent size, to turn extents into bytes.
     pub extent_size: u64,
     /// Draining is in force (false for a plan or after a cancel).
