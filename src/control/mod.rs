@@ -135,6 +135,63 @@ pub enum Request {
     TraceStatus,
 }
 
+/// Why a request line is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// Not JSON, not an object, or not a request this protocol knows.
+    #[error("bad request: {0} (send one JSON object per line, e.g. {{\"cmd\":\"status\"}})")]
+    Malformed(#[source] serde_json::Error),
+    /// A field the request does not take.
+    #[error("unknown field {field:?} in a {cmd:?} request (it takes: {takes})")]
+    UnknownField {
+        /// The field.
+        field: String,
+        /// The request's `cmd`.
+        cmd: String,
+        /// The fields it takes.
+        takes: String,
+    },
+}
+
+impl Request {
+    /// Parse one request line. Unknown fields are refused, naming the
+    /// field, for every request (serde's `deny_unknown_fields` misses them
+    /// on requests without fields, such as `{"cmd":"status","x":1}`).
+    pub fn parse(line: &[u8]) -> Result<Request, RequestError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(line).map_err(RequestError::Malformed)?;
+        let req: Request =
+            serde_json::from_value(value.clone()).map_err(RequestError::Malformed)?;
+        // Every field a request takes is written when it is encoded
+        // (absent ones as null), so a field of the line the encoding lacks
+        // is one the request does not take.
+        let known = serde_json::to_value(&req).map_err(RequestError::Malformed)?;
+        if let (Some(given), Some(known)) = (value.as_object(), known.as_object()) {
+            if let Some(field) = given.keys().find(|k| !known.contains_key(*k)) {
+                let takes: Vec<&str> = known
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| *k != "cmd")
+                    .collect();
+                return Err(RequestError::UnknownField {
+                    field: field.clone(),
+                    cmd: known
+                        .get("cmd")
+                        .and_then(|c| c.as_str())
+                        .unwrap_or_default()
+                        .to_string(),
+                    takes: if takes.is_empty() {
+                        "no fields but cmd".into()
+                    } else {
+                        takes.join(", ")
+                    },
+                });
+            }
+        }
+        Ok(req)
+    }
+}
+
 /// How a trace recording stands or ended (`tierctl trace status`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceStatus {
@@ -649,5 +706,35 @@ mod tests {
         assert_eq!(s, r#"{"cmd":"migrate","action":"now"}"#);
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"explain","offset":1,"x":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_name_on_every_request() {
+        for line in [
+            r#"{"cmd":"status","x":1}"#,
+            r#"{"cmd":"config-show","x":1}"#,
+            r#"{"cmd":"trace-stop","x":null}"#,
+            r#"{"cmd":"explain","offset":1,"x":1}"#,
+            r#"{"cmd":"placement","x":1}"#,
+        ] {
+            let e = Request::parse(line.as_bytes()).expect_err(line).to_string();
+            assert!(e.contains("\"x\"") || e.contains("`x`"), "{line}: {e}");
+        }
+        let e = Request::parse(br#"{"cmd":"status","x":1}"#)
+            .expect_err("status with x")
+            .to_string();
+        assert!(e.contains("unknown field \"x\""), "{e}");
+        for line in [
+            r#"{"cmd":"status"}"#,
+            r#"{"cmd":"placement"}"#,
+            r#"{"cmd":"placement","offset":0,"len":null}"#,
+            r#"{"cmd":"unpin","offset":0}"#,
+            r#"{"cmd":"evacuate","tier":"ssd","dry_run":true}"#,
+            r#"{"cmd":"trace-start","path":"/t","max_bytes":1,"force":false}"#,
+        ] {
+            Request::parse(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+        assert!(Request::parse(b"[1]").is_err());
+        assert!(Request::parse(b"{\"cmd\":\"reboot\"}").is_err());
     }
 }

@@ -112,11 +112,9 @@ async fn connection(stream: UnixStream, live: Arc<Live>) -> std::io::Result<()> 
         } else if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         } else {
-            match serde_json::from_slice::<Request>(&line) {
+            match Request::parse(&line) {
                 Ok(req) => handle(&live, req).await,
-                Err(e) => Response::err(format!(
-                    "bad request: {e} (send one JSON object per line, e.g. {{\"cmd\":\"status\"}})"
-                )),
+                Err(e) => Response::err(e.to_string()),
             }
         };
         write_response(&mut wr, &resp).await?;
