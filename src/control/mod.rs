@@ -641,6 +641,10 @@ pub struct TopEntry {
     pub tier: Tier,
     /// Decayed heat score.
     pub score: f32,
+    /// Effective heat, what the order follows (and the migrator ranks
+    /// by): the score weighted by how densely the extent is used.
+    #[serde(default)]
+    pub heat: f32,
     /// Distinct blocks touched recently.
     pub coverage: u32,
     /// Pin, if any.

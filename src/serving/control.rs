@@ -188,11 +188,12 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
             let top: Vec<TopEntry> = c
                 .into_iter()
                 .take(n)
-                .map(|(_, c)| TopEntry {
+                .map(|(heat, c)| TopEntry {
                     extent: c.extent,
                     offset: c.extent * es,
                     tier: c.tier,
                     score: c.score,
+                    heat,
                     coverage: c.coverage,
                     pin: c.pin,
                 })

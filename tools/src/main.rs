@@ -457,20 +457,24 @@ fn run() -> anyhow::Result<()> {
             if cli.json {
                 return print_json(&resp);
             }
+            // `heat` is what the order follows (the score weighted by how
+            // densely the extent is used); `score` is the raw decayed score.
             say!(
-                "{:>10} {:>14} {:>4} {:>10} {:>8} pin",
+                "{:>10} {:>14} {:>4} {:>10} {:>10} {:>8} pin",
                 "extent",
                 "offset",
                 "tier",
                 "heat",
+                "score",
                 "blocks"
             );
             for t in top {
                 say!(
-                    "{:>10} {:>14} {:>4} {:>10.3} {:>8} {}",
+                    "{:>10} {:>14} {:>4} {:>10.3} {:>10.3} {:>8} {}",
                     t.extent,
                     t.offset,
                     t.tier,
+                    t.heat,
                     t.score,
                     t.coverage,
                     t.pin.map(|p| p.to_string()).unwrap_or("-".into())
