@@ -153,8 +153,12 @@ fn watch(cli: &Cli) -> anyhow::Result<()> {
             now.1.saturating_sub(b_remapped),
         );
         let secs = started.elapsed().as_secs_f64().max(0.5);
+        let how = match e.tier {
+            Tier::Ssd => format!("{} copied, {} by remapping", human(copied), human(remapped)),
+            Tier::Hdd => format!("{} copied", human(copied)),
+        };
         let line = format!(
-            "[{}{}] {:>3.0} %  {} of {} moved, {} left on the {}; {} copied, {} by remapping ({}/s)",
+            "[{}{}] {:>3.0} %  {} of {} moved, {} left on the {}; {how} ({}/s)",
             "#".repeat(filled),
             ".".repeat(width - filled),
             frac * 100.0,
@@ -162,8 +166,6 @@ fn watch(cli: &Cli) -> anyhow::Result<()> {
             human(e.started_extents * e.extent_size),
             human(e.remaining_extents * e.extent_size),
             e.tier,
-            human(copied),
-            human(remapped),
             human(((copied + remapped) as f64 / secs) as u64)
         );
         if tty {
@@ -176,11 +178,14 @@ fn watch(cli: &Cli) -> anyhow::Result<()> {
             if tty {
                 eprintln!();
             }
-            let how = format!(
-                "{} copied, {} moved by remapping onto clean HDD copies",
-                human(copied),
-                human(remapped)
-            );
+            let how = match e.tier {
+                Tier::Ssd => format!(
+                    "{} copied, {} moved by remapping onto clean HDD copies",
+                    human(copied),
+                    human(remapped)
+                ),
+                Tier::Hdd => format!("{} copied", human(copied)),
+            };
             if e.would_remain_extents > 0 {
                 say!(
                     "drained as far as room allows ({how}): {} extents ({}) remain on the {}",
