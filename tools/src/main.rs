@@ -248,9 +248,12 @@ fn parse_range(s: &str, open_end: bool) -> anyhow::Result<(u64, Option<u64>)> {
         return Ok((0, None));
     }
     let size = |t: &str| {
-        ByteSize::parse(t)
-            .map(|b| b.0)
-            .with_context(|| format!("in range {s:?}"))
+        ByteSize::parse(t).map(|b| b.0).with_context(|| {
+            format!(
+                "in range {s:?} (sizes are whole bytes: status' exact capacity in bytes, \
+                     or `all` for the whole volume)"
+            )
+        })
     };
     if let Some((a, b)) = s.split_once('+') {
         return Ok((size(a)?, Some(size(b)?)));
