@@ -242,13 +242,19 @@ fn processes_of(dir: &Path, ports: &[u16], except: &[u32]) -> Vec<String> {
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
             let cwd = std::fs::read_link(e.path().join("cwd")).ok();
-            let names_port = |a: &String| {
+            // A port of the recipe, as an address (`127.0.0.1:PORT`,
+            // `nbd://…:PORT/`) or after `-p`/`--port` (nbdkit).
+            let names_port = |i: usize, a: &String| {
                 ports.iter().any(|p| {
                     let p = p.to_string();
-                    a == &p || a.contains(&format!(":{p}"))
+                    a.contains(&format!("127.0.0.1:{p}"))
+                        || (a == &p && i > 0 && matches!(args[i - 1].as_str(), "-p" | "--port"))
                 })
             };
-            let ours = args.iter().any(|a| a.contains(&d) || names_port(a))
+            let ours = args
+                .iter()
+                .enumerate()
+                .any(|(i, a)| a.contains(&d) || names_port(i, a))
                 || cwd.is_some_and(|c| c.starts_with(dir));
             ours.then(|| format!("{pid}: {}", args.join(" ")))
         })
