@@ -158,10 +158,11 @@ fn watch(cli: &Cli) -> anyhow::Result<()> {
             Tier::Hdd => format!("{} copied", human(copied)),
         };
         let line = format!(
-            "[{}{}] {:>3.0} %  {} of {} moved, {} left on the {}; {how} ({}/s)",
+            "[{}{}] {:>3.0} %  {moved} of {} extents moved ({} of {}), {} left on the {}; {how} ({}/s)",
             "#".repeat(filled),
             ".".repeat(width - filled),
             frac * 100.0,
+            e.started_extents,
             human(moved * e.extent_size),
             human(e.started_extents * e.extent_size),
             human(e.remaining_extents * e.extent_size),
@@ -180,11 +181,11 @@ fn watch(cli: &Cli) -> anyhow::Result<()> {
             }
             let how = match e.tier {
                 Tier::Ssd => format!(
-                    "{} copied, {} moved by remapping onto clean HDD copies",
+                    "{moved} extents moved: {} copied, {} moved by remapping onto clean HDD copies",
                     human(copied),
                     human(remapped)
                 ),
-                Tier::Hdd => format!("{} copied", human(copied)),
+                Tier::Hdd => format!("{moved} extents moved: {} copied", human(copied)),
             };
             if e.would_remain_extents > 0 {
                 say!(
