@@ -9,12 +9,13 @@
 //! **real** (image files or real devices, wall-clock time, models sleeping
 //! precisely; real devices run with no model).
 //!
-//! Submodules: [`sched`] (virtual time), [`workload`] (access patterns),
+//! Submodules: [`progress`] (a bar or plain lines), [`sched`] (virtual time), [`workload`] (access patterns),
 //! [`target`] (targets and the runner), [`suites`], [`replay`] (block
 //! traces played on the targets), [`report`], [`sim`] (the classic
 //! placement policies and the offline optimum, simulated on a block
 //! trace), [`tracegen`] (synthetic traces of standard shapes).
 
+pub mod progress;
 pub mod replay;
 pub mod report;
 pub mod sched;
@@ -28,9 +29,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use indicatif::ProgressBar;
 use serde::Serialize;
 
+pub use progress::Progress;
 use sched::VirtualSched;
 use suites::{Chart, Finding, Point, SUITES};
 use target::{Hybrid, Mode, Pure, Target};
@@ -194,14 +195,14 @@ pub struct Bench {
     extent_size: u64,
     /// The HDD's model (transfer rate by position), unless real devices.
     hdd_model: Option<HddModel>,
-    progress: Option<ProgressBar>,
+    progress: Option<Progress>,
     /// The traces to replay, laid into the volume.
     traces: Vec<replay::Fitted>,
 }
 
 impl Bench {
     /// Build the targets (formatting and pre-filling the hybrid).
-    pub fn new(opts: BenchOptions, progress: Option<ProgressBar>) -> Result<Self, BenchError> {
+    pub fn new(opts: BenchOptions, progress: Option<Progress>) -> Result<Self, BenchError> {
         let sched = VirtualSched::new();
         // The volume's clock (heat, migration pacing) and the timed
         // devices' clock: in virtual time the scheduler's shared time and
@@ -411,11 +412,15 @@ impl Bench {
 
     fn progress(&self, msg: &str) {
         match &self.progress {
-            Some(p) => {
-                p.set_message(msg.to_string());
-                p.tick();
-            }
+            Some(p) => p.message(msg),
             None => tracing::info!("{msg}"),
+        }
+    }
+
+    /// How many steps (suites and traces) the progress display counts to.
+    pub fn set_progress_length(&self, len: u64) {
+        if let Some(p) = &self.progress {
+            p.set_length(len);
         }
     }
 
@@ -444,17 +449,20 @@ impl Bench {
             self.progress(&format!("suite {name}"));
             self.run_suite(name);
             if let Some(p) = &self.progress {
-                p.inc(1);
+                p.inc();
             }
         }
         for trace in std::mem::take(&mut self.traces) {
             self.replay_trace(&trace);
             if let Some(p) = &self.progress {
-                p.inc(1);
+                p.inc();
             }
         }
         if let Some(h) = self.handle.take() {
             h.stop();
+        }
+        if let Some(p) = &self.progress {
+            p.finish();
         }
         let reserve = self
             .targets

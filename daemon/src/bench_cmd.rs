@@ -1,5 +1,6 @@
 //! `tierd bench`: flag parsing and output for the `tierd-bench` crate.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -7,7 +8,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use tierd::device::model::ModelKind;
 use tierd::units::ByteSize;
-use tierd_bench::{self as bench, BenchOptions, ClockKind};
+use tierd_bench::{self as bench, BenchOptions, ClockKind, Progress};
 
 /// Flags of `tierd bench`.
 #[derive(Args, Clone)]
@@ -15,7 +16,8 @@ pub struct BenchArgs {
     /// The full preset (a Fusion-sized 128 GiB + 1 TiB volume, every suite).
     #[arg(long, conflicts_with = "quick")]
     full: bool,
-    /// The quick preset (the default): 4 GiB + 32 GiB, a few minutes.
+    /// The quick preset (the default): 4 GiB + 32 GiB, about half a minute
+    /// in a release build.
     #[arg(long)]
     quick: bool,
     /// Run only these suites (repeatable): sequential, random, qd-sweep,
@@ -156,25 +158,25 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         o.ssd_model = None;
         o.hdd_model = None;
     }
-    let bar = if a.json {
+    // A bar on a terminal; plain lines on a log or a pipe (a bar there
+    // shows nothing); none with --json.
+    let progress = if a.json {
         None
-    } else {
+    } else if std::io::stderr().is_terminal() {
         let b = ProgressBar::new(0);
         b.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed_precise}] suite {pos}/{len} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         b.enable_steady_tick(std::time::Duration::from_millis(200));
-        Some(b)
+        Some(Progress::Bar(b))
+    } else {
+        Some(Progress::lines())
     };
-    let b = bench::Bench::new(o, bar.clone())?;
-    if let Some(p) = &bar {
-        p.set_length((b.selected().len() + a.traces.len()) as u64);
-    }
+    let length = a.traces.len() as u64;
+    let b = bench::Bench::new(o, progress)?;
+    b.set_progress_length(b.selected().len() as u64 + length);
     let report = b.run();
-    if let Some(p) = &bar {
-        p.finish_and_clear();
-    }
     bench::report::write_all(&report, &a.out)
         .with_context(|| format!("writing the report to {}", a.out.display()))?;
     if a.json {

@@ -25,7 +25,8 @@ pub const MAX_LINE: usize = 64 * 1024;
 pub enum Request {
     /// Capacity, per-tier use, reserve, hit ratio, migration, connections.
     Status,
-    /// Runs of ssd/hdd/unmapped over `[offset, offset+len)` (default: all).
+    /// Runs of ssd/hdd/unmapped over `[offset, offset+len)` (default: all;
+    /// a range past the end of the volume is clipped to it).
     Placement {
         /// First byte (default 0).
         #[serde(default)]
@@ -47,21 +48,25 @@ pub enum Request {
         #[serde(default = "default_top")]
         n: usize,
     },
-    /// Pin the extents overlapping a byte range to a tier.
+    /// Pin the extents overlapping a byte range to a tier. A range that
+    /// runs past the end of the volume is clipped to it (the answer says so).
     Pin {
         /// First byte.
         offset: u64,
-        /// Bytes.
-        len: u64,
+        /// Bytes (default: to the end of the volume).
+        #[serde(default)]
+        len: Option<u64>,
         /// The tier.
         tier: Tier,
     },
-    /// Remove pins from the extents overlapping a byte range.
+    /// Remove pins from the extents overlapping a byte range (clipped to
+    /// the volume as [`Request::Pin`]).
     Unpin {
         /// First byte.
         offset: u64,
-        /// Bytes.
-        len: u64,
+        /// Bytes (default: to the end of the volume).
+        #[serde(default)]
+        len: Option<u64>,
     },
     /// Pause, resume or run background migration now.
     Migrate {
@@ -128,6 +133,63 @@ pub enum Request {
     /// The recording under way, else the last one that ended ([`TraceStatus`]
     /// or null).
     TraceStatus,
+}
+
+/// Why a request line is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// Not JSON, not an object, or not a request this protocol knows.
+    #[error("bad request: {0} (send one JSON object per line, e.g. {{\"cmd\":\"status\"}})")]
+    Malformed(#[source] serde_json::Error),
+    /// A field the request does not take.
+    #[error("unknown field {field:?} in a {cmd:?} request (it takes: {takes})")]
+    UnknownField {
+        /// The field.
+        field: String,
+        /// The request's `cmd`.
+        cmd: String,
+        /// The fields it takes.
+        takes: String,
+    },
+}
+
+impl Request {
+    /// Parse one request line. Unknown fields are refused, naming the
+    /// field, for every request (serde's `deny_unknown_fields` misses them
+    /// on requests without fields, such as `{"cmd":"status","x":1}`).
+    pub fn parse(line: &[u8]) -> Result<Request, RequestError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(line).map_err(RequestError::Malformed)?;
+        let req: Request =
+            serde_json::from_value(value.clone()).map_err(RequestError::Malformed)?;
+        // Every field a request takes is written when it is encoded
+        // (absent ones as null), so a field of the line the encoding lacks
+        // is one the request does not take.
+        let known = serde_json::to_value(&req).map_err(RequestError::Malformed)?;
+        if let (Some(given), Some(known)) = (value.as_object(), known.as_object()) {
+            if let Some(field) = given.keys().find(|k| !known.contains_key(*k)) {
+                let takes: Vec<&str> = known
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| *k != "cmd")
+                    .collect();
+                return Err(RequestError::UnknownField {
+                    field: field.clone(),
+                    cmd: known
+                        .get("cmd")
+                        .and_then(|c| c.as_str())
+                        .unwrap_or_default()
+                        .to_string(),
+                    takes: if takes.is_empty() {
+                        "no fields but cmd".into()
+                    } else {
+                        takes.join(", ")
+                    },
+                });
+            }
+        }
+        Ok(req)
+    }
 }
 
 /// How a trace recording stands or ended (`tierctl trace status`).
@@ -434,13 +496,26 @@ pub struct EvacuationStatus {
     /// The tier drained.
     pub tier: Tier,
     /// Extents' worth on it when draining started (or now, for a plan):
-    /// mapped extents, and the write log's segments (SSD) or shadows (HDD).
+    /// mapped extents, and the write log's segments (SSD) or shadows (HDD)
+    /// (`data_extents`, `log_segments`, `shadow_extents` split what remains).
     pub started_extents: u64,
     /// What still occupies it.
     pub remaining_extents: u64,
     /// Of that, mapped extents the other tier has no free slot for: they
     /// stay unless room appears.
     pub would_remain_extents: u64,
+    /// Of what remains, the volume's data on the tier now: its mapped
+    /// extents, the count `status` shows for the tier.
+    #[serde(default)]
+    pub data_extents: u64,
+    /// Of what remains, SSD slots of the write log (SSD only): written
+    /// back to the HDD extents they belong to, nothing to move.
+    #[serde(default)]
+    pub log_segments: u64,
+    /// Of what remains, clean HDD copies SSD extents keep (HDD only):
+    /// dropped, nothing to move.
+    #[serde(default)]
+    pub shadow_extents: u64,
     /// Extent size, to turn extents into bytes.
     pub extent_size: u64,
     /// Draining is in force (false for a plan or after a cancel).
@@ -592,6 +667,10 @@ pub struct TopEntry {
     pub tier: Tier,
     /// Decayed heat score.
     pub score: f32,
+    /// Effective heat, what the order follows (and the migrator ranks
+    /// by): the score weighted by how densely the extent is used.
+    #[serde(default)]
+    pub heat: f32,
     /// Distinct blocks touched recently.
     pub coverage: u32,
     /// Pin, if any.
@@ -638,7 +717,7 @@ mod tests {
             r,
             Request::Pin {
                 offset: 0,
-                len: 4096,
+                len: Some(4096),
                 tier: Tier::Ssd
             }
         );
@@ -657,5 +736,35 @@ mod tests {
         assert_eq!(s, r#"{"cmd":"migrate","action":"now"}"#);
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"explain","offset":1,"x":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"cmd":"reboot"}"#).is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_name_on_every_request() {
+        for line in [
+            r#"{"cmd":"status","x":1}"#,
+            r#"{"cmd":"config-show","x":1}"#,
+            r#"{"cmd":"trace-stop","x":null}"#,
+            r#"{"cmd":"explain","offset":1,"x":1}"#,
+            r#"{"cmd":"placement","x":1}"#,
+        ] {
+            let e = Request::parse(line.as_bytes()).expect_err(line).to_string();
+            assert!(e.contains("\"x\"") || e.contains("`x`"), "{line}: {e}");
+        }
+        let e = Request::parse(br#"{"cmd":"status","x":1}"#)
+            .expect_err("status with x")
+            .to_string();
+        assert!(e.contains("unknown field \"x\""), "{e}");
+        for line in [
+            r#"{"cmd":"status"}"#,
+            r#"{"cmd":"placement"}"#,
+            r#"{"cmd":"placement","offset":0,"len":null}"#,
+            r#"{"cmd":"unpin","offset":0}"#,
+            r#"{"cmd":"evacuate","tier":"ssd","dry_run":true}"#,
+            r#"{"cmd":"trace-start","path":"/t","max_bytes":1,"force":false}"#,
+        ] {
+            Request::parse(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+        assert!(Request::parse(b"[1]").is_err());
+        assert!(Request::parse(b"{\"cmd\":\"reboot\"}").is_err());
     }
 }

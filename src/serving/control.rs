@@ -120,11 +120,9 @@ async fn connection(stream: UnixStream, live: Arc<Live>) -> std::io::Result<()> 
         } else if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         } else {
-            match serde_json::from_slice::<Request>(&line) {
+            match Request::parse(&line) {
                 Ok(req) => handle(&live, req).await,
-                Err(e) => Response::err(format!(
-                    "bad request: {e} (send one JSON object per line, e.g. {{\"cmd\":\"status\"}})"
-                )),
+                Err(e) => Response::err(e.to_string()),
             }
         };
         write_response(&mut wr, &resp).await?;
@@ -154,16 +152,10 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
     let es = vol.geometry().extent_size;
     match req {
         Request::Status => Response::ok(live.status()),
-        Request::Placement { offset, len } => {
-            let size = vol.size();
-            let len = len.unwrap_or(size.saturating_sub(offset));
-            if offset >= size || len == 0 || offset.checked_add(len).is_none_or(|e| e > size) {
-                return Response::err(format!(
-                    "range {offset}+{len} is not inside the volume ({size} bytes)"
-                ));
-            }
-            Response::ok(placement(live, offset, len))
-        }
+        Request::Placement { offset, len } => match clip(offset, len, vol.size()) {
+            Ok(r) => Response::ok(placement(live, r.offset, r.end - r.offset)),
+            Err(e) => Response::err(e),
+        },
         Request::Explain { offset } => {
             let Some(p) = vol.explain(offset / es) else {
                 return Response::err(format!(
@@ -204,11 +196,12 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
             let top: Vec<TopEntry> = c
                 .into_iter()
                 .take(n)
-                .map(|(_, c)| TopEntry {
+                .map(|(heat, c)| TopEntry {
                     extent: c.extent,
                     offset: c.extent * es,
                     tier: c.tier,
                     score: c.score,
+                    heat,
                     coverage: c.coverage,
                     pin: c.pin,
                 })
@@ -380,21 +373,89 @@ fn ack(live: &Live, done: String) -> Response {
     })
 }
 
-fn pin(live: &Live, offset: u64, len: u64, tier: Option<Tier>) -> Response {
-    if len == 0 {
-        return Response::err("empty range: give a length, e.g. 0-1GiB or 4GiB+512MiB");
-    }
-    if let Err(e) = live.volume.pin(offset, len, tier) {
+fn pin(live: &Live, offset: u64, len: Option<u64>, tier: Option<Tier>) -> Response {
+    let size = live.volume.size();
+    let r = match clip(offset, len, size) {
+        Ok(r) => r,
+        Err(e) => return Response::err(e),
+    };
+    if let Err(e) = live.volume.pin(r.offset, r.end - r.offset, tier) {
         return Response::err(e.to_string());
     }
     // Honour the pin now rather than at the next interval.
     live.wake();
     let what = match tier {
-        Some(t) => format!("pinned {offset}+{len} to the {t}"),
-        None => format!("unpinned {offset}+{len}"),
+        Some(t) => format!("pinned {} to the {t}", r.describe(size)),
+        None => format!("unpinned {}", r.describe(size)),
     };
     info!("{what} by the operator");
     ack(live, what)
+}
+
+/// A byte range of the volume as asked for, clipped to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Clipped {
+    offset: u64,
+    /// Exclusive end, at most the volume's size.
+    end: u64,
+    /// The range asked for ran past the end of the volume.
+    clipped: bool,
+}
+
+impl Clipped {
+    /// The range for a person: `0 B-35.00 GiB (the whole volume)`, with a
+    /// word when it was clipped.
+    fn describe(&self, size: u64) -> String {
+        let mut s = format!("{}-{}", human(self.offset), human(self.end));
+        if self.offset == 0 && self.end == size {
+            s.push_str(" (the whole volume)");
+        }
+        if self.clipped {
+            s.push_str(&format!(
+                "; the range asked for ran past the end of the volume, clipped to its {} ({size} bytes)",
+                human(size)
+            ));
+        }
+        s
+    }
+}
+
+/// `[offset, offset+len)` clipped to a volume of `size` bytes (`len`
+/// absent: to the end). A range that starts past the end, or is empty, is
+/// an error that says what the volume holds.
+fn clip(offset: u64, len: Option<u64>, size: u64) -> Result<Clipped, String> {
+    if len == Some(0) {
+        return Err("empty range: give a length, e.g. 0-1GiB, 4GiB+512MiB or all".into());
+    }
+    if offset >= size {
+        return Err(format!(
+            "range starts at {} ({offset} bytes), at or past the end of the volume ({}, {size} bytes)",
+            human(offset),
+            human(size)
+        ));
+    }
+    let want = len.map_or(size, |l| offset.saturating_add(l));
+    Ok(Clipped {
+        offset,
+        end: want.min(size),
+        clipped: want > size,
+    })
+}
+
+/// Bytes in binary units with two decimals (`35.00 GiB`, `512 B`).
+fn human(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
 }
 
 /// Runs of whole extents over `[offset, offset+len)`.
@@ -420,5 +481,34 @@ fn placement(live: &Live, offset: u64, len: u64) -> PlacementMap {
         extent_size: es,
         capacity_bytes: vol.size(),
         runs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+    /// What `status` prints as `35.00 GiB (37578866688 bytes)`.
+    const SIZE: u64 = 37_578_866_688;
+
+    #[test]
+    fn a_range_past_the_end_is_clipped_and_says_so() {
+        let r = clip(0, Some(35 * GIB), SIZE).expect("0-35GiB is taken");
+        assert_eq!((r.offset, r.end, r.clipped), (0, SIZE, true));
+        let text = r.describe(SIZE);
+        assert!(text.contains("the whole volume"), "{text}");
+        assert!(text.contains("clipped"), "{text}");
+        let r = clip(GIB, Some(GIB), SIZE).expect("inside");
+        assert_eq!((r.offset, r.end, r.clipped), (GIB, 2 * GIB, false));
+        assert!(!r.describe(SIZE).contains("clipped"));
+        let all = clip(0, None, SIZE).expect("all");
+        assert_eq!((all.end, all.clipped), (SIZE, false));
+        assert_eq!(all.describe(SIZE), "0 B-35.00 GiB (the whole volume)");
+        let e = clip(SIZE, Some(1), SIZE).expect_err("starts at the end");
+        assert!(e.contains("past the end") && e.contains("35.00 GiB"), "{e}");
+        assert!(clip(0, Some(0), SIZE).is_err());
+        let r = clip(1, Some(u64::MAX), SIZE).expect("huge length");
+        assert_eq!((r.end, r.clipped), (SIZE, true));
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -178,6 +179,10 @@ pub struct Live {
     samples: Mutex<VecDeque<Sample>>,
     /// Device errors counted so far and when that count last grew.
     errors: Mutex<(u64, Option<Instant>)>,
+    /// Requests answered to clients with an error (the NBD server counts).
+    client_errors: Arc<ClientErrors>,
+    /// `client_errors` when the previous `status` was answered.
+    client_errors_seen: AtomicU64,
     /// The configuration in force and the live settings, when the daemon
     /// has them (`None` in tests that build a bare `Live`).
     pub settings: Option<Arc<Settings>>,
@@ -203,9 +208,18 @@ impl Live {
             started: Instant::now(),
             samples: Mutex::new(VecDeque::new()),
             errors: Mutex::new((0, None)),
+            client_errors: Arc::new(ClientErrors::default()),
+            client_errors_seen: AtomicU64::new(0),
             settings: None,
             recorder: Arc::new(super::recorder::Recorder::new()),
         }
+    }
+
+    /// The counter of requests answered with an error that the NBD
+    /// server's observer feeds.
+    pub fn with_client_errors(mut self, errors: Arc<ClientErrors>) -> Live {
+        self.client_errors = errors;
+        self
     }
 
     /// The recorder the export tells of every request.
@@ -240,13 +254,7 @@ impl Live {
             Stats::get(&s.migrated_bytes[1]),
             Stats::get(&s.written_back_blocks) * BLOCK_SIZE,
         ];
-        let errors = Stats::get(&s.dev_errors[0]) + Stats::get(&s.dev_errors[1]);
-        {
-            let mut e = self.errors.lock();
-            if errors > e.0 {
-                *e = (errors, Some(Instant::now()));
-            }
-        }
+        self.note_device_errors();
         let (lat, busy) = meters(&self.volume);
         let mut q = self.samples.lock();
         q.push_back(Sample {
@@ -257,6 +265,17 @@ impl Live {
         });
         while q.len() > RATE_SAMPLES {
             q.pop_front();
+        }
+    }
+
+    /// Take in the device error counters: when they grew, the latest
+    /// error is dated now (at the latest, the next sample or health check).
+    fn note_device_errors(&self) {
+        let s = self.volume.stats();
+        let errors = Stats::get(&s.dev_errors[0]) + Stats::get(&s.dev_errors[1]);
+        let mut e = self.errors.lock();
+        if errors > e.0 {
+            *e = (errors, Some(Instant::now()));
         }
     }
 
@@ -350,13 +369,23 @@ impl Live {
         w
     }
 
-    /// Ok, or degraded with the reasons: device errors in the last ten
-    /// minutes, a failed flush, metadata unflushed for five minutes, a
-    /// migration round that panicked.
+    /// Ok, or degraded with the reasons: requests answered with an error
+    /// since the previous status or in the last ten minutes, device errors
+    /// in the last ten minutes, a failed flush, metadata unflushed for
+    /// five minutes, a migration round that panicked.
     pub fn health(&self) -> HealthStatus {
         let vol = &self.volume;
         let s = vol.stats();
         let mut problems = Vec::new();
+        let (failed, failed_last) = self.client_errors.get();
+        let unseen = failed.saturating_sub(self.client_errors_seen.load(Ordering::Relaxed));
+        if unseen > 0 || failed_last.is_some_and(|at| at.elapsed() < ERROR_WINDOW) {
+            problems.push(format!(
+                "{unseen} requests answered with an error since the last status ({failed} since start, the latest {} s ago); see the log",
+                failed_last.map_or(0, |at| at.elapsed().as_secs())
+            ));
+        }
+        self.note_device_errors();
         let (errors, last) = *self.errors.lock();
         if let Some(at) = last.filter(|at| at.elapsed() < ERROR_WINDOW) {
             problems.push(format!(
@@ -502,7 +531,12 @@ impl Live {
             admission,
             evacuation: self.settings.as_ref().and_then(|st| st.evacuation(self)),
             working_set: self.working_set(),
-            health: self.health(),
+            health: {
+                let h = self.health();
+                self.client_errors_seen
+                    .store(self.client_errors.get().0, Ordering::Relaxed);
+                h
+            },
             write_log,
             shadows,
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -526,5 +560,27 @@ impl Live {
             inflight: vol.inflight() as u64,
             migration,
         }
+    }
+}
+
+/// Requests the NBD server answered with an error: how many since start
+/// and when the latest was, for the health in `status`.
+#[derive(Debug, Default)]
+pub struct ClientErrors {
+    count: AtomicU64,
+    last: Mutex<Option<Instant>>,
+}
+
+impl ClientErrors {
+    /// One more request answered with an error, now.
+    pub fn note(&self) {
+        // The time first: a reader that sees the count sees its time.
+        *self.last.lock() = Some(Instant::now());
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many so far, and when the latest was.
+    pub fn get(&self) -> (u64, Option<Instant>) {
+        (self.count.load(Ordering::Relaxed), *self.last.lock())
     }
 }

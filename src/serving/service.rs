@@ -472,12 +472,18 @@ pub struct Hooks {
     pub set_log_level: Option<LogLevelFn>,
 }
 
-/// Counts every NBD request served in the Prometheus metrics.
-struct NbdMetrics;
+/// Counts every NBD request served in the Prometheus metrics, and those
+/// answered with an error for the health in `status`.
+struct NbdMetrics {
+    errors: Arc<super::live::ClientErrors>,
+}
 
 impl RequestObserver for NbdMetrics {
     fn request_done(&self, command: &'static str, bytes: u64, took: std::time::Duration, ok: bool) {
         metrics::record_nbd_request(command, bytes, took, ok);
+        if !ok {
+            self.errors.note();
+        }
     }
 }
 
@@ -506,6 +512,7 @@ pub async fn run_with(
     hooks: Hooks,
 ) -> Result<()> {
     let tls = tls_from_config(cfg)?;
+    let client_errors = Arc::new(super::live::ClientErrors::default());
     let opts = ServerOptions {
         export_name: cfg.export_name.clone(),
         description: format!("tierd volume {}", volume.id()),
@@ -516,7 +523,9 @@ pub async fn run_with(
         poll: cfg.nbd_poll,
         handshake_timeout: cfg.handshake_timeout,
         tls: tls.clone(),
-        observer: Arc::new(NbdMetrics),
+        observer: Arc::new(NbdMetrics {
+            errors: client_errors.clone(),
+        }),
         ..ServerOptions::default()
     };
     let recorder = Arc::new(super::recorder::Recorder::new());
@@ -590,7 +599,8 @@ pub async fn run_with(
     let live = Arc::new(
         Live::new(volume.clone(), heat, migrator.clone(), worker, probe)
             .with_settings(settings.clone())
-            .with_recorder(recorder.clone()),
+            .with_recorder(recorder.clone())
+            .with_client_errors(client_errors),
     );
     // Side services: their end never stops the daemon.
     let mut side = tokio::task::JoinSet::new();

@@ -419,9 +419,14 @@ pub fn evacuation_plan(live: &Live, tier: Tier) -> EvacuationStatus {
         Tier::Ssd => Tier::Hdd,
         Tier::Hdd => Tier::Ssd,
     };
+    // One snapshot, so the parts add up to what `occupying` counts.
     let u = vol.usage();
     let mapped = u.mapped[tier.index()];
-    let remaining = vol.occupying(tier);
+    let (log_segments, shadow_extents) = match tier {
+        Tier::Ssd => (u64::from(u.log.segments), 0),
+        Tier::Hdd => (0, u.shadows),
+    };
+    let remaining = mapped + log_segments + shadow_extents;
     // Log segments drain into existing HDD extents and shadows are
     // dropped: only mapped extents need a free slot on the other side.
     let would_remain = mapped.saturating_sub(u64::from(vol.free_slots(other)));
@@ -430,6 +435,9 @@ pub fn evacuation_plan(live: &Live, tier: Tier) -> EvacuationStatus {
         started_extents: remaining,
         remaining_extents: remaining,
         would_remain_extents: would_remain,
+        data_extents: mapped,
+        log_segments,
+        shadow_extents,
         extent_size: vol.geometry().extent_size,
         active: false,
         // Moves in flight hold destination slots already: wait for them.

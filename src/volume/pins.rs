@@ -41,7 +41,12 @@ impl Volume {
             .copied()
             .filter(|p| !(start <= p.start && p.end <= end))
             .collect();
-        new.push(Pin { start, end, tier });
+        // An unpin needs an entry only to override an earlier pin it
+        // overlaps in part; one that overrides nothing would stay in the
+        // list (and in status' count of pins) for nothing.
+        if tier.is_some() || new.iter().any(|p| p.start < end && start < p.end) {
+            new.push(Pin { start, end, tier });
+        }
         let room = u64::from(self.geo.ssd_slots - self.geo.reserve_extents);
         let pinned = (0..self.geo.logical_extents())
             .filter(|e| pin_in(&new, *e) == Some(Tier::Ssd))

@@ -22,18 +22,36 @@ fn other(t: Tier) -> Tier {
     }
 }
 
-/// The plan in words.
+/// The plan in words: the tier's data (the extents `status` counts for
+/// it) apart from what needs no move (write-log segments, clean copies).
 fn describe(p: &EvacuationStatus) -> String {
     let es = p.extent_size;
-    let movable = p.remaining_extents.saturating_sub(p.would_remain_extents);
+    let movable = p.data_extents.saturating_sub(p.would_remain_extents);
     let mut s = format!(
-        "the {} holds {} extents' worth ({}); {} can move to the {}",
+        "the {} holds {} extents of data ({})",
         p.tier,
-        p.remaining_extents,
-        human(p.remaining_extents * es),
+        p.data_extents,
+        human(p.data_extents * es)
+    );
+    if p.log_segments > 0 {
+        s.push_str(&format!(
+            " and {} write-log segments ({}: written back to the HDD, not moved)",
+            p.log_segments,
+            human(p.log_segments * es)
+        ));
+    }
+    if p.shadow_extents > 0 {
+        s.push_str(&format!(
+            " and {} clean copies of SSD extents ({}: dropped, not moved)",
+            p.shadow_extents,
+            human(p.shadow_extents * es)
+        ));
+    }
+    s.push_str(&format!(
+        "; {movable} extents ({}) can move to the {}",
         human(movable * es),
         other(p.tier)
-    );
+    ));
     if p.would_remain_extents > 0 {
         s.push_str(&format!(
             "; {} extents ({}) would REMAIN: the {} has no free slot for them",
@@ -45,6 +63,18 @@ fn describe(p: &EvacuationStatus) -> String {
         s.push_str(": nothing would remain");
     }
     s
+}
+
+/// Bytes moved off `tier` so far, by how: (copied, by remapping). Demotions
+/// of extents whose clean HDD copy is current change the mapping only.
+fn moved_bytes(st: &Status, tier: Tier) -> (u64, u64) {
+    match tier {
+        Tier::Ssd => (
+            st.migration.demoted_bytes + st.write_log.written_back_bytes,
+            st.shadows.saved_bytes,
+        ),
+        Tier::Hdd => (st.migration.promoted_bytes, 0),
+    }
 }
 
 /// Run the command.
@@ -103,6 +133,8 @@ fn watch(cli: &Cli) -> anyhow::Result<()> {
     let tty = std::io::stderr().is_terminal();
     let mut last = (u64::MAX, Instant::now());
     let mut last_line: Option<Instant> = None;
+    let started = Instant::now();
+    let mut base: Option<(u64, u64)> = None;
     loop {
         let (st, _): (Status, _) = request(cli, &Request::Status)?;
         let Some(e) = st.evacuation else {
@@ -114,19 +146,28 @@ fn watch(cli: &Cli) -> anyhow::Result<()> {
         let frac = moved as f64 / total as f64;
         let width = 30;
         let filled = ((frac * width as f64).round() as usize).min(width);
+        let now = moved_bytes(&st, e.tier);
+        let (b_copied, b_remapped) = *base.get_or_insert(now);
+        let (copied, remapped) = (
+            now.0.saturating_sub(b_copied),
+            now.1.saturating_sub(b_remapped),
+        );
+        let secs = started.elapsed().as_secs_f64().max(0.5);
+        let how = match e.tier {
+            Tier::Ssd => format!("{} copied, {} by remapping", human(copied), human(remapped)),
+            Tier::Hdd => format!("{} copied", human(copied)),
+        };
         let line = format!(
-            "[{}{}] {:>3.0} %  {} of {} moved, {} left on the {} ({}/s)",
+            "[{}{}] {:>3.0} %  {moved} of {} extents moved ({} of {}), {} left on the {}; {how} ({}/s)",
             "#".repeat(filled),
             ".".repeat(width - filled),
             frac * 100.0,
+            e.started_extents,
             human(moved * e.extent_size),
             human(e.started_extents * e.extent_size),
             human(e.remaining_extents * e.extent_size),
             e.tier,
-            human(match e.tier {
-                Tier::Ssd => st.migration.demote_rate + st.write_log.write_back_rate,
-                Tier::Hdd => st.migration.promote_rate,
-            } as u64)
+            human(((copied + remapped) as f64 / secs) as u64)
         );
         if tty {
             eprint!("\r{line}\x1b[K");
@@ -138,16 +179,24 @@ fn watch(cli: &Cli) -> anyhow::Result<()> {
             if tty {
                 eprintln!();
             }
+            let how = match e.tier {
+                Tier::Ssd => format!(
+                    "{moved} extents moved: {} copied, {} moved by remapping onto clean HDD copies",
+                    human(copied),
+                    human(remapped)
+                ),
+                Tier::Hdd => format!("{moved} extents moved: {} copied", human(copied)),
+            };
             if e.would_remain_extents > 0 {
                 say!(
-                    "drained as far as room allows: {} extents ({}) remain on the {}",
+                    "drained as far as room allows ({how}): {} extents ({}) remain on the {}",
                     e.would_remain_extents,
                     human(e.would_remain_extents * e.extent_size),
                     e.tier
                 );
             } else {
                 say!(
-                    "the {} is empty; new data goes to the {} until `tierctl evacuate --cancel`",
+                    "the {} is empty ({how}); new data goes to the {} until `tierctl evacuate --cancel`",
                     e.tier,
                     other(e.tier)
                 );

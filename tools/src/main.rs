@@ -49,8 +49,9 @@ enum Command {
     Status,
     /// Which byte ranges sit on the SSD, the HDD or nowhere.
     Placement {
-        /// A byte range: START-END, START+LEN or START (to the end); sizes
-        /// take units (0-1GiB, 4GiB+512MiB). Default: the whole volume.
+        /// A byte range: START-END, START+LEN, START (to the end) or all;
+        /// sizes take units (0-1GiB, 4GiB+512MiB); a range past the end
+        /// is clipped to it. Default: the whole volume.
         range: Option<String>,
         /// Draw a coloured map of the range, one cell per group of extents.
         #[arg(long)]
@@ -78,7 +79,8 @@ enum Command {
     },
     /// Keep the extents of a byte range on one tier.
     Pin {
-        /// START-END or START+LEN (units allowed).
+        /// START-END, START+LEN (units allowed) or all; a range past the
+        /// end of the volume is clipped to it.
         range: String,
         /// The tier.
         #[arg(long, value_enum)]
@@ -86,7 +88,8 @@ enum Command {
     },
     /// Remove the pins of a byte range.
     Unpin {
-        /// START-END or START+LEN (units allowed).
+        /// START-END, START+LEN (units allowed) or all; a range past the
+        /// end of the volume is clipped to it.
         range: String,
     },
     /// Pause, resume or run background migration now.
@@ -236,12 +239,21 @@ enum ActionArg {
     Now,
 }
 
-/// Parse `START-END`, `START+LEN` or (with `open_end`) `START`.
+/// Parse `all`, `START-END`, `START+LEN` or (with `open_end`) `START`;
+/// no length means to the end of the volume. The daemon clips a range
+/// that runs past the end (`0-35GiB` of a volume `status` shows as
+/// 35.00 GiB) and says so.
 fn parse_range(s: &str, open_end: bool) -> anyhow::Result<(u64, Option<u64>)> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok((0, None));
+    }
     let size = |t: &str| {
-        ByteSize::parse(t)
-            .map(|b| b.0)
-            .with_context(|| format!("in range {s:?}"))
+        ByteSize::parse(t).map(|b| b.0).with_context(|| {
+            format!(
+                "in range {s:?} (sizes are whole bytes: status' exact capacity in bytes, \
+                     or `all` for the whole volume)"
+            )
+        })
     };
     if let Some((a, b)) = s.split_once('+') {
         return Ok((size(a)?, Some(size(b)?)));
@@ -258,7 +270,7 @@ fn parse_range(s: &str, open_end: bool) -> anyhow::Result<(u64, Option<u64>)> {
     if open_end {
         return Ok((size(s)?, None));
     }
-    bail!("range {s:?} has no end: write START-END (0-1GiB) or START+LEN (4GiB+512MiB)")
+    bail!("range {s:?} has no end: write START-END (0-1GiB), START+LEN (4GiB+512MiB) or all")
 }
 
 /// Send a request; on `ok`, decode the result as `T`.
@@ -342,6 +354,12 @@ fn run() -> anyhow::Result<()> {
             let (p, resp): (PlacementMap, _) = request(&cli, &Request::Placement { offset, len })?;
             if cli.json {
                 return print_json(&resp);
+            }
+            if len.is_some_and(|l| offset.saturating_add(l) > p.offset + p.len) {
+                say!(
+                    "(the range ran past the end of the volume: clipped to its {})",
+                    human(p.capacity_bytes)
+                );
             }
             if *map {
                 map::print(&p, (*cells).max(1));
@@ -443,20 +461,24 @@ fn run() -> anyhow::Result<()> {
             if cli.json {
                 return print_json(&resp);
             }
+            // `heat` is what the order follows (the score weighted by how
+            // densely the extent is used); `score` is the raw decayed score.
             say!(
-                "{:>10} {:>14} {:>4} {:>10} {:>8} pin",
+                "{:>10} {:>14} {:>4} {:>10} {:>10} {:>8} pin",
                 "extent",
                 "offset",
                 "tier",
                 "heat",
+                "score",
                 "blocks"
             );
             for t in top {
                 say!(
-                    "{:>10} {:>14} {:>4} {:>10.3} {:>8} {}",
+                    "{:>10} {:>14} {:>4} {:>10.3} {:>10.3} {:>8} {}",
                     t.extent,
                     t.offset,
                     t.tier,
+                    t.heat,
                     t.score,
                     t.coverage,
                     t.pin.map(|p| p.to_string()).unwrap_or("-".into())
@@ -467,22 +489,11 @@ fn run() -> anyhow::Result<()> {
         Command::Pin { range, tier } => {
             let (offset, len) = parse_range(range, false)?;
             let tier = Tier::from(*tier);
-            let req = Request::Pin {
-                offset,
-                len: len.unwrap_or(0),
-                tier,
-            };
-            ack(&cli, &req)
+            ack(&cli, &Request::Pin { offset, len, tier })
         }
         Command::Unpin { range } => {
             let (offset, len) = parse_range(range, false)?;
-            ack(
-                &cli,
-                &Request::Unpin {
-                    offset,
-                    len: len.unwrap_or(0),
-                },
-            )
+            ack(&cli, &Request::Unpin { offset, len })
         }
         Command::Migrate { action } => {
             let action = match action {

@@ -116,7 +116,7 @@ pub fn print(s: &Status) {
     }
     let m = &s.migration;
     say!(
-        "migration: {}{}; {} rounds; {} promotions ({}), {} demotions ({}); now {}/s up, {}/s down; {} aborted, {} failed",
+        "migration: {}{}; {} rounds; {} promotions ({} copied), {} demotions ({} copied, {} by remapping onto clean HDD copies); now {}/s up, {}/s down; {} aborted, {} failed",
         if m.running { "running" } else { "thread off" },
         if m.paused { ", PAUSED" } else { "" },
         m.rounds,
@@ -124,6 +124,7 @@ pub fn print(s: &Status) {
         human(m.promoted_bytes),
         m.demotions,
         human(m.demoted_bytes),
+        human(s.shadows.saved_bytes),
         human(m.promote_rate as u64),
         human(m.demote_rate as u64),
         m.aborts,

@@ -14,6 +14,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
+use super::suites::ON_THE_HDD_REGION;
 use super::BenchReport;
 
 /// One summary row: suite/case and each target's (IOPS, MiB/s).
@@ -56,15 +57,25 @@ pub fn summary(r: &BenchReport) -> String {
     let _ = writeln!(
         s,
         "{:<34} {:>11} {:>11} {:>11} {:>9} {:>9}",
-        "case", "hybrid", "pure-ssd", "pure-hdd", "hyb/ssd", "hyb/hdd"
+        "case (IOPS)", "hybrid", "pure-ssd", "pure-hdd", "hyb/ssd", "hyb/hdd"
     );
+    let mut on_hdd = false;
     for (case, t) in rows(r) {
         let g = |n: &str| t.get(n).map(|v| v.0).unwrap_or(f64::NAN);
         let (h, ss, hd) = (g("hybrid"), g("pure-ssd"), g("pure-hdd"));
+        // Rows over the test region, whose data starts on the HDD, carry a
+        // mark that the note under the table explains.
+        let suite = case.split('/').next().unwrap_or_default();
+        let mark = if ON_THE_HDD_REGION.contains(&suite) {
+            on_hdd = true;
+            " *"
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
             "{:<34} {:>11.0} {:>11.0} {:>11.0} {:>8.2}x {:>8.1}x",
-            case,
+            format!("{case}{mark}"),
             h,
             ss,
             hd,
@@ -72,12 +83,26 @@ pub fn summary(r: &BenchReport) -> String {
             h / hd
         );
     }
+    if on_hdd {
+        let _ = writeln!(
+            s,
+            "* over the test region ({:.1} GiB in the middle of the volume), whose data starts on the HDD\n  \
+             (the used state: the volume is filled first): the hybrid reads it at the HDD's speed\n  \
+             until the migrator promotes what is hot; zipf, shift and scan show it once warmed",
+            gib(r.region)
+        );
+    }
     if !r.findings.is_empty() {
         let _ = writeln!(s, "\nfindings:");
         for f in &r.findings {
+            let verdict = match (f.target, f.met) {
+                (Some(goal), Some(true)) => format!("met ({goal}); "),
+                (Some(goal), _) => format!("MISSED ({goal}); "),
+                (None, _) => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "  {:<40} {:>12.2} {:<6} {}",
+                "  {:<40} {:>12.2} {:<6} {verdict}{}",
                 format!("{}/{}", f.suite, f.name),
                 f.value,
                 f.unit,

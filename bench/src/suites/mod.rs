@@ -109,7 +109,58 @@ pub struct Finding {
     pub unit: String,
     /// Explanation.
     pub note: String,
+    /// The goal the value is held to, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<Goal>,
+    /// Whether the value meets `target` (absent without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub met: Option<bool>,
 }
+
+/// A goal a [`Finding`] is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Goal {
+    /// The value is at most this.
+    AtMost(f64),
+    /// The value is at least this.
+    AtLeast(f64),
+}
+
+impl Goal {
+    /// Whether `value` meets the goal (NaN never does).
+    pub fn met(self, value: f64) -> bool {
+        match self {
+            Goal::AtMost(t) => value <= t,
+            Goal::AtLeast(t) => value >= t,
+        }
+    }
+}
+
+impl std::fmt::Display for Goal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Goal::AtMost(t) => write!(f, "target <= {t}"),
+            Goal::AtLeast(t) => write!(f, "target >= {t}"),
+        }
+    }
+}
+
+/// The suites that run over the test region, whose data starts on the HDD
+/// (the used state the bench sets up first): there the hybrid reads at the
+/// HDD's speed until the migrator promotes what is hot, which a table row
+/// should say.
+pub const ON_THE_HDD_REGION: [&str; 9] = [
+    "sequential",
+    "random",
+    "qd-sweep",
+    "bs-sweep",
+    "response",
+    "mixed",
+    "multi-stream",
+    "iometer",
+    "fill-trim",
+];
 
 /// The suites by name, in run order, with whether `--quick` runs them.
 pub const SUITES: [(&str, bool); 14] = [
@@ -393,6 +444,35 @@ impl Bench {
             value,
             unit: unit.into(),
             note,
+            target: None,
+            met: None,
+        });
+    }
+
+    /// A finding held to `goal`: the record and the summary say whether
+    /// it was met.
+    fn finding_against(
+        &mut self,
+        suite: &str,
+        name: &str,
+        value: f64,
+        unit: &str,
+        note: String,
+        goal: Goal,
+    ) {
+        let met = goal.met(value);
+        self.progress(&format!(
+            "{suite}: {name} = {value:.2} {unit} ({goal}: {})",
+            if met { "met" } else { "MISSED" }
+        ));
+        self.findings.push(Finding {
+            suite: suite.into(),
+            name: name.into(),
+            value,
+            unit: unit.into(),
+            note,
+            target: Some(goal),
+            met: Some(met),
         });
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{point, push, Bench, Chart, Panel, Point, KIB, MIB};
+use super::{point, push, Bench, Chart, Goal, Panel, Point, KIB, MIB};
 use crate::target::{execute, Measurement, Run};
 use crate::workload::{Skew, Spec};
 use tierd::clock::Clock;
@@ -294,12 +294,15 @@ impl Bench {
                 ),
             );
             if let Some(q) = seq {
-                self.finding(
+                self.finding_against(
                     "shift",
                     &format!("{name}time/hdd-sequential-read"),
                     t / q.max(1e-9),
                     "ratio",
-                    "target <= 2".into(),
+                    format!(
+                        "time to 90 % against the HDD model's {q:.1} s to read the set sequentially where it lies"
+                    ),
+                    Goal::AtMost(2.0),
                 );
             }
         }
@@ -646,14 +649,14 @@ impl Bench {
         let (away, ret) = (p1.since(p0), p2.since(p1));
         let n = a.len / es;
         for (name, c) in [("away", away), ("return", ret)] {
-            self.finding(
+            self.finding_against(
                 "return",
                 &format!("{name}-hdd-write-MiB"),
                 c.hdd_write_bytes as f64 / MIB as f64,
                 "MiB",
                 format!(
                     "HDD writes while the hot set {} ({} demotions, {} of them mapping changes \
-                     with no copy); target 0",
+                     with no copy)",
                     if name == "away" {
                         "moves to B"
                     } else {
@@ -662,6 +665,7 @@ impl Bench {
                     c.demotions,
                     c.free_demotions
                 ),
+                Goal::AtMost(0.0),
             );
             self.finding(
                 "return",

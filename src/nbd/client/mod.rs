@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use tokio_rustls::rustls;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::proto;
 
@@ -142,6 +142,12 @@ impl Slot {
 struct Pending {
     slots: HashMap<u64, Arc<Slot>>,
     dead: bool,
+    /// We sent `NBD_CMD_DISC`: the server closing the connection now is
+    /// the goodbye we asked for, not a loss.
+    leaving: bool,
+    /// When the link was first seen down: the kill, or the sending of the
+    /// request whose missing reply killed it.
+    down_since: Option<Instant>,
 }
 
 /// One live connection.
@@ -163,21 +169,40 @@ impl Conn {
         self.pending.lock().dead
     }
 
+    /// When a dead connection was first seen down (`None` while it lives).
+    fn down_since(&self) -> Option<Instant> {
+        let p = self.pending.lock();
+        p.dead.then_some(p.down_since).flatten()
+    }
+
     /// Fail every waiting request as lost and close the socket.
     fn kill(&self, why: &str) {
-        let slots = {
+        self.kill_since(why, Instant::now());
+    }
+
+    /// [`kill`](Self::kill), the link down since `since`.
+    fn kill_since(&self, why: &str, since: Instant) {
+        let (slots, leaving) = {
             let mut p = self.pending.lock();
             if p.dead {
                 return;
             }
             p.dead = true;
-            std::mem::take(&mut p.slots)
+            p.down_since = Some(since);
+            (std::mem::take(&mut p.slots), p.leaving)
         };
-        warn!(
-            why,
-            in_flight = slots.len(),
-            "connection to the remote capacity tier lost"
-        );
+        if leaving {
+            debug!(
+                why,
+                "the remote capacity tier closed the connection after our disconnect"
+            );
+        } else {
+            warn!(
+                why,
+                in_flight = slots.len(),
+                "connection to the remote capacity tier lost"
+            );
+        }
         close(&self.ctl);
         for s in slots.into_values() {
             s.finish(Outcome::Lost);
@@ -237,6 +262,7 @@ impl Conn {
             }
             p.slots.insert(req.cookie, slot.clone());
         }
+        let sent_at = Instant::now();
         let sent = {
             let mut w = self.writer.lock();
             w.write_all(&proto::encode_request(req))
@@ -250,7 +276,8 @@ impl Conn {
         while done.is_none() {
             if slot.cv.wait_until(&mut done, deadline).timed_out() && done.is_none() {
                 drop(done);
-                self.kill("a request got no reply within the timeout");
+                // The link has been down since this request went out.
+                self.kill_since("a request got no reply within the timeout", sent_at);
                 return Err(CallError::Timeout);
             }
         }
@@ -376,6 +403,8 @@ impl Client {
             pending: Mutex::new(Pending {
                 slots: HashMap::new(),
                 dead: false,
+                leaving: false,
+                down_since: None,
             }),
             ctl,
         });
@@ -436,8 +465,9 @@ impl Client {
                 if !c.is_dead() {
                     return Ok(c.clone());
                 }
+                let since = c.down_since().unwrap_or_else(Instant::now);
                 link.current = None;
-                link.lost_since.get_or_insert_with(Instant::now);
+                link.lost_since.get_or_insert(since);
             }
             let now = Instant::now();
             if now >= deadline {
@@ -452,7 +482,10 @@ impl Client {
             let attempt = ATTEMPT_TIMEOUT.min(deadline - now);
             match self.reconnect(attempt, deadline) {
                 Ok(c) => {
-                    let down = link.lost_since.take().map(|t| t.elapsed());
+                    let down = link
+                        .lost_since
+                        .take()
+                        .map_or(Duration::ZERO, |t| t.elapsed());
                     info!(remote = %self.target, down_for = ?down, "reconnected to the remote capacity tier");
                     link.current = Some(c.clone());
                     link.backoff = FIRST_BACKOFF;
@@ -696,7 +729,9 @@ impl Client {
 impl Drop for Client {
     fn drop(&mut self) {
         if let Some(c) = self.link.lock().current.take() {
-            // A polite disconnect; the reader thread ends when the socket closes.
+            // A polite disconnect; the reader thread ends when the socket
+            // closes, which is then no loss to report.
+            c.pending.lock().leaving = true;
             let req = self.request(proto::CMD_DISC, 0, 0);
             let _ = c.writer.lock().write_all(&proto::encode_request(&req));
             close(&c.ctl);
