@@ -18,7 +18,7 @@ fn status(d: &Daemon) -> Value {
     let out = run_ok(
         Command::new(tierctl_bin())
             .arg("--control")
-            .arg(d.data_dir().join("control.sock"))
+            .arg(d.control_socket())
             .args(["status", "--json"]),
     );
     serde_json::from_str(&out).expect("status JSON")
@@ -57,7 +57,7 @@ fn the_first_status_after_an_eio_is_degraded_with_a_count() {
     run_ok(
         Command::new(tierctl_bin())
             .arg("--control")
-            .arg(d.data_dir().join("control.sock"))
+            .arg(d.control_socket())
             .args(["pin", "--tier", "hdd", &format!("{HDD_AT}+{LEN}")]),
     );
     let (ok, text) = qemu_io(&d, &format!("write -P 0x61 {HDD_AT} {LEN}"));

@@ -50,7 +50,7 @@ fn daemon_on(remote: &Nbdkit, dir: &Path) -> (Daemon, String) {
     run_ok(
         Command::new(tierctl_bin())
             .arg("--control")
-            .arg(d.data_dir().join("control.sock"))
+            .arg(d.control_socket())
             .args(["pin", "--tier", "hdd", &format!("{HDD_AT}+{LEN}")]),
     );
     (d, text)
