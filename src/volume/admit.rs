@@ -77,7 +77,7 @@ struct Budget {
     /// When it was last filled (the volume's clock) and the HDD's
     /// foreground busy time then; `None` before the first use.
     last: Option<(std::time::Duration, std::time::Duration)>,
-    /// Admission time spent since then.
+    /// Admission time not yet matched by time passing.
     spent: f64,
     share: f64,
 }
@@ -99,11 +99,15 @@ impl Budget {
             None => (0.0, 0.0),
         };
         // The users get their time; admissions the share of it, and
-        // whatever neither the users nor earlier admissions used.
-        let free = (elapsed - busy - self.spent).max(0.0);
+        // whatever neither the users nor admissions used. Admission time
+        // not yet matched by time passing is carried over: on a clock that
+        // catches up with device time later (the bench's), the catching
+        // up is not idle time.
+        let idle = elapsed - busy;
+        let free = (idle - self.spent).max(0.0);
+        self.spent = (self.spent - idle).max(0.0);
         self.tokens = (self.tokens + self.share * busy + free).min(BURST_SECS);
         self.last = Some((now, busy_total));
-        self.spent = 0.0;
         self.tokens > 0.0
     }
 
@@ -549,6 +553,19 @@ mod budget_tests {
         // An idle second: all of it, up to the burst.
         assert!(b.refill(ms(2200), ms(5000)));
         assert!((b.tokens - BURST_SECS).abs() < 1e-9, "{}", b.tokens);
+        // Admission time the clock has not caught up with yet is no idle
+        // time when it does: 0.1 s spent at once, then 0.05 s pass with
+        // no user (the clock catching up), then 0.1 s more.
+        b.tokens = 0.0;
+        b.spend(0.1);
+        assert!(!b.refill(ms(2200), ms(5000)));
+        assert!(!b.refill(ms(2250), ms(5000)), "{b:?}");
+        // Of the 0.15 s that passed, 0.05 s were idle: the 0.1 s spent is
+        // owed still, less those.
+        assert!(!b.refill(ms(2350), ms(5000)));
+        assert!((b.tokens + 0.05).abs() < 1e-9, "{}", b.tokens);
+        assert!(b.refill(ms(2450), ms(5000)));
+        assert!((b.tokens - 0.05).abs() < 1e-9, "{}", b.tokens);
         // No limit at share 1.
         b.share = 1.0;
         b.spend(10.0);
