@@ -60,6 +60,30 @@ impl ByteSize {
         }
         Ok(ByteSize(v as u64))
     }
+
+    /// [`ByteSize::parse`], except that a size that is no whole number of
+    /// bytes (`1.24GiB`, as `tierctl status` prints sizes) is rounded, up
+    /// or down as `up` says, instead of refused.
+    pub fn parse_rounded(s: &str, up: bool) -> Result<Self, SizeError> {
+        if let Ok(b) = ByteSize::parse(s) {
+            return Ok(b);
+        }
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        // The unit alone, as a whole size (`1GiB`), gives the multiplier.
+        let mult = ByteSize::parse(&format!("1{}", unit.trim()))?.0;
+        let err = || SizeError(s.to_string());
+        let f: f64 = num.parse().map_err(|_| err())?;
+        let v = f * mult as f64;
+        let v = if up { v.ceil() } else { v.floor() };
+        if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+            return Err(err());
+        }
+        Ok(ByteSize(v as u64))
+    }
 }
 
 impl fmt::Display for ByteSize {
@@ -307,6 +331,24 @@ impl InvalidKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_as_status_prints_them_round_outwards_where_asked() {
+        // 1.24 GiB is 1331439861.76 bytes: refused as a size, rounded in a
+        // range.
+        assert!(ByteSize::parse("1.24GiB").is_err());
+        assert_eq!(
+            ByteSize::parse_rounded("1.24 GiB", true),
+            Ok(ByteSize(1_331_439_862))
+        );
+        assert_eq!(
+            ByteSize::parse_rounded("1.24GiB", false),
+            Ok(ByteSize(1_331_439_861))
+        );
+        assert_eq!(ByteSize::parse_rounded("2MiB", true), Ok(ByteSize(2 << 20)));
+        assert!(ByteSize::parse_rounded("1.5XB", true).is_err());
+        assert!(ByteSize::parse_rounded("-1GiB", true).is_err());
+    }
 
     #[test]
     fn sizes_parse_and_print() {

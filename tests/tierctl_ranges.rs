@@ -1,8 +1,10 @@
 //! Ranges take what `tierctl status` prints: on the default 4 GiB + 32 GiB
-//! volume the capacity status shows (`capacity 35.00 GiB (37578866688
-//! bytes)`, rounded up past the exact size) is a range `pin`, `unpin` and `placement` accept, clipped to the
-//! end of the volume with a word saying so; `all` is the whole volume; a
-//! range that starts past the end is still refused.
+//! volume the capacity status shows (`capacity 35.00 GiB`, rounded up past
+//! the exact size, which only `--json` gives) is a range `pin`, `unpin`
+//! and `placement` accept, clipped to the end of the volume with a word
+//! saying so; a size with a fraction of a byte (`1.001GiB`) is rounded
+//! outwards; `all` is the whole volume; a range that starts past the end is
+//! still refused.
 
 mod common;
 
@@ -38,6 +40,7 @@ fn capacity(sock: &Path) -> (String, u64) {
         .unwrap_or_else(|| panic!("no capacity line in status:\n{text}"));
     let mut words = line.split_whitespace().skip(1);
     let (num, unit) = (words.next(), words.next());
+    let unit = unit.map(|u| u.trim_end_matches(','));
     let shown = format!("{}{}", num.unwrap_or(""), unit.unwrap_or(""));
     let v: Value = serde_json::from_str(&ok(sock, &["status", "--json"])).expect("status JSON");
     let exact = v["capacity_bytes"].as_u64().expect("capacity_bytes");
@@ -76,6 +79,16 @@ fn ranges_take_the_capacity_status_prints_and_all() {
     let v: Value = serde_json::from_str(&ok(&sock, &["status", "--json"])).expect("status JSON");
     assert_eq!(v["pins"], 0, "unpin {range} left pins: {v}");
 
+    // Status shows sizes in units only; the raw count is for --json.
+    let text = ok(&sock, &["status"]);
+    assert!(
+        !text.contains(&exact.to_string()),
+        "status prints the raw byte count:\n{text}"
+    );
+    // A size with a fraction of a byte, as status prints sizes.
+    let text = ok(&sock, &["pin", "--tier", "hdd", "0-1.001GiB"]);
+    assert!(!text.contains("clipped"), "{text}");
+    ok(&sock, &["unpin", "0.5GiB-1.001GiB"]);
     let text = ok(&sock, &["pin", "--tier", "ssd", "1MiB+4MiB"]);
     assert!(!text.contains("clipped"), "{text}");
     let text = ok(&sock, &["unpin", "all"]);

@@ -247,19 +247,19 @@ fn parse_range(s: &str, open_end: bool) -> anyhow::Result<(u64, Option<u64>)> {
     if s.eq_ignore_ascii_case("all") {
         return Ok((0, None));
     }
-    let size = |t: &str| {
-        ByteSize::parse(t).map(|b| b.0).with_context(|| {
-            format!(
-                "in range {s:?} (sizes are whole bytes: status' exact capacity in bytes, \
-                     or `all` for the whole volume)"
-            )
-        })
+    // A size as status prints it (`1.24 GiB`) is rounded outwards: the
+    // start down, the end and the length up, so the range covers at least
+    // what it says (the daemon clips it to the volume).
+    let size = |t: &str, up: bool| {
+        ByteSize::parse_rounded(t, up)
+            .map(|b| b.0)
+            .with_context(|| format!("in range {s:?} (or `all` for the whole volume)"))
     };
     if let Some((a, b)) = s.split_once('+') {
-        return Ok((size(a)?, Some(size(b)?)));
+        return Ok((size(a, false)?, Some(size(b, true)?)));
     }
     if let Some((a, b)) = s.split_once('-') {
-        let (a, b) = (size(a)?, size(b)?);
+        let (a, b) = (size(a, false)?, size(b, true)?);
         if b <= a {
             bail!(
                 "range {s:?} ends before it starts: write START-END with END > START, or START+LEN"
@@ -268,7 +268,7 @@ fn parse_range(s: &str, open_end: bool) -> anyhow::Result<(u64, Option<u64>)> {
         return Ok((a, Some(b - a)));
     }
     if open_end {
-        return Ok((size(s)?, None));
+        return Ok((size(s, false)?, None));
     }
     bail!("range {s:?} has no end: write START-END (0-1GiB), START+LEN (4GiB+512MiB) or all")
 }

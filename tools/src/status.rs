@@ -75,9 +75,8 @@ pub fn print(s: &Status) {
         s.uptime_secs
     );
     say!(
-        "capacity {} ({} bytes), extent size {}",
+        "capacity {}, extent size {}",
         human(s.capacity_bytes),
-        s.capacity_bytes,
         human(s.extent_size)
     );
     say!(
