@@ -159,8 +159,9 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
         Request::Explain { offset } => {
             let Some(p) = vol.explain(offset / es) else {
                 return Response::err(format!(
-                    "offset {offset} is outside the volume ({} bytes)",
-                    vol.size()
+                    "offset {} is outside the volume ({})",
+                    human(offset),
+                    human(vol.size())
                 ));
             };
             let why = match (p.pin, p.tier, p.last_move) {
