@@ -28,6 +28,19 @@ impl ByteSize {
     /// Parse `123`, `64KiB`, `64K`, `1.5GiB` (powers of 1024) and `64kB`,
     /// `1GB` (powers of 1000: `1GB` is 1000000000 bytes, never 1 GiB).
     pub fn parse(s: &str) -> Result<Self, SizeError> {
+        ByteSize::parse_with(s, None)
+    }
+
+    /// [`ByteSize::parse`], except that a size that is no whole number of
+    /// bytes (`1.24GiB`, as `tierctl status` prints sizes) is rounded, up
+    /// or down as `up` says, instead of refused.
+    pub fn parse_rounded(s: &str, up: bool) -> Result<Self, SizeError> {
+        ByteSize::parse_with(s, Some(up))
+    }
+
+    /// The parser of both: `round` says what to do with a fraction of a
+    /// byte (`None`: refuse it; `Some(up)`: round up or down).
+    fn parse_with(s: &str, round: Option<bool>) -> Result<Self, SizeError> {
         let t = s.trim();
         let split = t
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -55,30 +68,12 @@ impl ByteSize {
         }
         let f: f64 = num.parse().map_err(|_| err())?;
         let v = f * mult as f64;
-        if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 || v.fract() != 0.0 {
-            return Err(err());
-        }
-        Ok(ByteSize(v as u64))
-    }
-
-    /// [`ByteSize::parse`], except that a size that is no whole number of
-    /// bytes (`1.24GiB`, as `tierctl status` prints sizes) is rounded, up
-    /// or down as `up` says, instead of refused.
-    pub fn parse_rounded(s: &str, up: bool) -> Result<Self, SizeError> {
-        if let Ok(b) = ByteSize::parse(s) {
-            return Ok(b);
-        }
-        let t = s.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        // The unit alone, as a whole size (`1GiB`), gives the multiplier.
-        let mult = ByteSize::parse(&format!("1{}", unit.trim()))?.0;
-        let err = || SizeError(s.to_string());
-        let f: f64 = num.parse().map_err(|_| err())?;
-        let v = f * mult as f64;
-        let v = if up { v.ceil() } else { v.floor() };
+        let v = match round {
+            None if v.fract() != 0.0 => return Err(err()),
+            None => v,
+            Some(true) => v.ceil(),
+            Some(false) => v.floor(),
+        };
         if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
             return Err(err());
         }
@@ -143,7 +138,7 @@ impl<'de> Deserialize<'de> for ByteSize {
 /// A byte count for a person: binary units with two decimals (`2.00 GiB`),
 /// plain bytes below 1 KiB (`512 B`).
 pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = b as f64;
     let mut u = 0;
     while v >= 1024.0 && u < UNITS.len() - 1 {
