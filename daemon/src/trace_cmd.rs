@@ -242,7 +242,10 @@ fn info_text(path: &Path, input: &Import, s: &Summary) -> String {
     line("format", input.format.name().to_string());
     line("source", input.header.source.clone());
     if input.header.volume_size > 0 {
-        line("volume", human(input.header.volume_size));
+        line(
+            "volume",
+            tierd::units::human_bytes(input.header.volume_size),
+        );
     }
     line(
         "records",
@@ -255,7 +258,7 @@ fn info_text(path: &Path, input: &Import, s: &Summary) -> String {
             let bytes = if op == Op::Flush {
                 String::new()
             } else {
-                format!(", {}", human(c.bytes))
+                format!(", {}", tierd::units::human_bytes(c.bytes))
             };
             line(name, format!("{}{bytes}", c.count));
         }
@@ -268,14 +271,18 @@ fn info_text(path: &Path, input: &Import, s: &Summary) -> String {
         format!(
             "{} 4 KiB blocks ({}), {} 1 MiB extents",
             s.blocks_4k,
-            human(s.blocks_4k * 4096),
+            tierd::units::human_bytes(s.blocks_4k * 4096),
             s.extents_1m
         ),
     );
     if let (Some(lo), Some(hi)) = (s.lowest_offset, s.highest_end) {
         line(
             "span",
-            format!("{lo} .. {hi} ({} .. {})", human(lo), human(hi)),
+            format!(
+                "{lo} .. {hi} ({} .. {})",
+                tierd::units::human_bytes(lo),
+                tierd::units::human_bytes(hi)
+            ),
         );
     }
     let ratio = |r: Option<f64>| r.map_or("no writes".to_string(), |r| format!("{r:.3}"));
@@ -308,22 +315,6 @@ fn info_text(path: &Path, input: &Import, s: &Summary) -> String {
         );
     }
     t
-}
-
-/// Bytes in binary units with two decimals.
-fn human(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
 }
 
 /// Refuse to write over the input.

@@ -160,8 +160,8 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
             let Some(p) = vol.explain(offset / es) else {
                 return Response::err(format!(
                     "offset {} is outside the volume ({})",
-                    human(offset),
-                    human(vol.size())
+                    human_bytes(offset),
+                    human_bytes(vol.size())
                 ));
             };
             let why = match (p.pin, p.tier, p.last_move) {
@@ -407,14 +407,14 @@ impl Clipped {
     /// The range for a person: `0 B-35.00 GiB (the whole volume)`, with a
     /// word when it was clipped.
     fn describe(&self, size: u64) -> String {
-        let mut s = format!("{}-{}", human(self.offset), human(self.end));
+        let mut s = format!("{}-{}", human_bytes(self.offset), human_bytes(self.end));
         if self.offset == 0 && self.end == size {
             s.push_str(" (the whole volume)");
         }
         if self.clipped {
             s.push_str(&format!(
                 "; the range asked for ran past the end of the volume, clipped to its {} ({size} bytes)",
-                human(size)
+                human_bytes(size)
             ));
         }
         s
@@ -431,8 +431,8 @@ fn clip(offset: u64, len: Option<u64>, size: u64) -> Result<Clipped, String> {
     if offset >= size {
         return Err(format!(
             "range starts at {} ({offset} bytes), at or past the end of the volume ({}, {size} bytes)",
-            human(offset),
-            human(size)
+            human_bytes(offset),
+            human_bytes(size)
         ));
     }
     let want = len.map_or(size, |l| offset.saturating_add(l));
@@ -441,22 +441,6 @@ fn clip(offset: u64, len: Option<u64>, size: u64) -> Result<Clipped, String> {
         end: want.min(size),
         clipped: want > size,
     })
-}
-
-/// Bytes in binary units with two decimals (`35.00 GiB`, `512 B`).
-fn human(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
 }
 
 /// Runs of whole extents over `[offset, offset+len)`.
