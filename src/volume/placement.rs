@@ -105,6 +105,15 @@ impl Volume {
             })
             .collect()
     }
+
+    /// The extents on the SSD, as [`Volume::mapped_extents`] gives them, in
+    /// extent order: what the SSD holds is bounded by its slots, not by the
+    /// volume's size.
+    pub(crate) fn ssd_extents(&self) -> Vec<(u64, Loc, bool)> {
+        let mut out = self.mapped_extents();
+        out.retain(|(_, loc, _)| loc.tier == Tier::Ssd);
+        out
+    }
 }
 
 /// Blocks whose two copies differ, as inclusive ranges.
