@@ -84,8 +84,21 @@ fn check_invariants(vol: &Volume, extents: u64, what: &str) {
     assert_accounting(vol, SLOTS);
     let blocks = vol.geometry().blocks_per_extent();
     let mut logged = 0u64;
+    // What the volume's kept counts must say, counted here by a scan.
+    let (mut mapped, mut shadows, mut clean, mut stale) = ([0u64; 2], 0u64, 0u64, 0u64);
     for e in 0..extents {
         let Some(m) = vol.mapping(e) else { continue };
+        mapped[m.loc.tier.index()] += 1;
+        if let Some(s) = &m.shadow {
+            shadows += 1;
+            for b in (0..blocks).filter(|b| m.written.get(*b)) {
+                if s.stale.get(b) {
+                    stale += 1;
+                } else {
+                    clean += 1;
+                }
+            }
+        }
         if !m.logged.is_empty() {
             assert_eq!(
                 m.loc.tier,
@@ -115,6 +128,12 @@ fn check_invariants(vol: &Volume, extents: u64, what: &str) {
     }
     let u = vol.usage();
     assert_eq!(u.logged_blocks, logged, "{what}: {u:?}");
+    assert_eq!(u.mapped, mapped, "{what}: {u:?}");
+    assert_eq!(
+        (u.shadows, u.shadow_clean_blocks, u.shadow_stale_blocks),
+        (shadows, clean, stale),
+        "{what}: {u:?}"
+    );
     assert!(u.log.segments <= u.log.cap, "{what}: {u:?}");
     assert!(u.log.used <= u.log.places, "{what}: {u:?}");
 }

@@ -121,8 +121,11 @@ impl Budget {
 /// The order and the candidates; one per volume.
 pub(crate) struct Admission {
     budget: Mutex<Budget>,
-    /// Per extent: read count (bits 0-1), queue membership, pending.
-    state: Box<[AtomicU8]>,
+    /// Per extent: read count (bits 0-1), queue membership, pending. Made
+    /// the first time admission is turned on: a volume that never admits
+    /// does not pay a byte per extent for it.
+    state: std::sync::OnceLock<Box<[AtomicU8]>>,
+    extents: u64,
     q: Mutex<Queues>,
     pending: Mutex<VecDeque<u64>>,
     /// Signalled when a candidate is queued.
@@ -182,7 +185,8 @@ impl Admission {
                 spent: 0.0,
                 share: 1.0,
             }),
-            state: (0..extents).map(|_| AtomicU8::new(0)).collect(),
+            state: std::sync::OnceLock::new(),
+            extents,
             q: Mutex::new(Queues::default()),
             pending: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
@@ -191,7 +195,7 @@ impl Admission {
     }
 
     fn get(&self, extent: u64) -> Option<&AtomicU8> {
-        self.state.get(extent as usize)
+        self.state.get()?.get(extent as usize)
     }
 
     /// Change `extent`'s state bits with `f` (a compare-and-swap loop: the
@@ -266,7 +270,12 @@ impl Volume {
     /// Turn admission at the miss on or off (live). Turned on, it queues
     /// what the SSD holds now.
     pub fn set_admission(&self, on: bool) {
-        let was = self.admission.enabled.swap(on, Ordering::Relaxed);
+        let a = &self.admission;
+        if on {
+            a.state
+                .get_or_init(|| (0..a.extents).map(|_| AtomicU8::new(0)).collect());
+        }
+        let was = a.enabled.swap(on, Ordering::Relaxed);
         if on && !was {
             self.seed_admission();
         }
@@ -301,10 +310,8 @@ impl Volume {
     /// Queue every SSD extent, in extent order (when admission is turned
     /// on, and when every queued entry was dropped).
     fn seed_admission(&self) {
-        for (i, e) in self.map.iter().enumerate() {
-            if e.read().as_ref().is_some_and(|m| m.loc.tier == Tier::Ssd) {
-                self.admission.arrived(i as u64, Class::Small);
-            }
+        for e in self.map.ssd_extents() {
+            self.admission.arrived(e, Class::Small);
         }
     }
 
@@ -480,7 +487,7 @@ impl Volume {
                 continue;
             };
             let v = s.load(Ordering::Relaxed);
-            let (clean, on_ssd) = match self.map[e as usize].try_read() {
+            let (clean, on_ssd) = match self.slot_lock(e).try_read() {
                 Some(g) => match g.as_ref() {
                     Some(m) if m.loc.tier == Tier::Ssd => (m.shadow_clean(blocks), true),
                     _ => (false, false),

@@ -122,9 +122,9 @@ impl Volume {
         })
     }
 
-    pub(crate) fn slot_lock(&self, extent: u64) -> &parking_lot::RwLock<Option<Mapping>> {
+    pub(crate) fn slot_lock(&self, extent: u64) -> super::map::ExtentLock<'_> {
         // Callers only pass extents of checked ranges.
-        &self.map[extent as usize]
+        self.map.at(extent)
     }
 
     /// Read `buf.len()` bytes at `offset`. Unmapped space and unwritten

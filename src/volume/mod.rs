@@ -13,6 +13,7 @@ mod extent;
 mod geometry;
 mod io;
 mod log;
+mod map;
 mod moves;
 mod open;
 mod pins;
@@ -42,7 +43,7 @@ pub use geometry::{
 pub use superblock::{detect_content, Superblock, SuperblockError, FORMAT_VERSION, PROBE_SIZE};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -138,7 +139,7 @@ pub struct Volume {
     meters: [Arc<IoMeter>; 2],
     store: Arc<dyn MetaStore>,
     /// The extent map: one lock per logical extent.
-    map: Box<[RwLock<Option<Mapping>>]>,
+    map: map::ExtentMap,
     alloc: Allocator,
     /// The SSD write log's places.
     log: log::WriteLog,
@@ -173,16 +174,14 @@ pub struct Volume {
     /// Held shared by a foreground write from its data write to its record
     /// in the store, exclusively by a flush around its store flush.
     meta_gate: RwLock<()>,
-    /// Per extent: bumped before every change of its data or mapping (and,
-    /// for writes under the shared lock, after it too), so a migration can
-    /// tell whether its copy is still current.
-    gens: Box<[AtomicU32]>,
-    /// Per extent: promotions in progress that watch its writes (see
-    /// `moves`: a write during the copy is re-copied at the commit instead
-    /// of failing it).
-    watched: Box<[AtomicU32]>,
-    /// Blocks written since a watch began, per watched extent.
-    touched: Mutex<HashMap<u64, Written>>,
+    /// Watches in progress: promotions that watch their extents' writes
+    /// (see `moves`: a write during the copy is re-copied at the commit
+    /// instead of failing it). Writes look at `touched` only while some
+    /// watch is on.
+    watching: AtomicUsize,
+    /// Per watched extent: how many watch it, and the blocks written since
+    /// the first began.
+    touched: Mutex<HashMap<u64, (u32, Written)>>,
     /// Heat of every extent: recorded by the I/O paths, shared with
     /// whoever reads it (the migrator, control, metrics).
     heat: Arc<HeatMap>,
@@ -232,7 +231,7 @@ impl Volume {
 
     /// Where a logical extent lives now, if mapped.
     pub fn mapping(&self, extent: u64) -> Option<Mapping> {
-        self.map.get(extent as usize).and_then(|e| e.read().clone())
+        self.map.get(extent).and_then(|e| e.read().clone())
     }
 
     /// A handle on the heat map this volume's I/O records into (restored
@@ -357,16 +356,15 @@ impl Volume {
     /// with the extent's lock held, after the data write): a promotion
     /// watching the extent re-copies them at its commit.
     pub(crate) fn touch(&self, extent: u64, first: u32, last: u32) {
-        let watched = self
-            .watched
-            .get(extent as usize)
-            .is_some_and(|w| w.load(std::sync::atomic::Ordering::SeqCst) > 0);
-        if watched {
-            let blocks = self.geo.blocks_per_extent();
-            let mut t = self.touched.lock();
-            if let Some(w) = t.get_mut(&extent) {
-                w.set_range(first, last, true, blocks);
-            }
+        // The watch's entry is made before the count goes up, and the count
+        // goes up before the watch's snapshot: a write the snapshot did not
+        // see either sees the count here or wrote before the snapshot.
+        if self.watching.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            return;
+        }
+        let blocks = self.geo.blocks_per_extent();
+        if let Some((_, w)) = self.touched.lock().get_mut(&extent) {
+            w.set_range(first, last, true, blocks);
         }
     }
 
@@ -376,21 +374,24 @@ impl Volume {
         self.touched
             .lock()
             .entry(extent)
-            .or_insert_with(|| Written::empty(blocks));
-        if let Some(w) = self.watched.get(extent as usize) {
-            w.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
+            .or_insert_with(|| (0, Written::empty(blocks)))
+            .0 += 1;
+        self.watching
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Stop one watch of `extent`; the blocks written since it began.
     pub(crate) fn unwatch(&self, extent: u64) -> Option<Written> {
         let mut t = self.touched.lock();
-        let got = t.get(&extent).cloned();
-        if let Some(w) = self.watched.get(extent as usize) {
-            if w.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-                t.remove(&extent);
-            }
-        }
+        let (n, w) = t.get_mut(&extent)?;
+        *n -= 1;
+        let got = if *n == 0 {
+            t.remove(&extent).map(|(_, w)| w)
+        } else {
+            Some(w.clone())
+        };
+        self.watching
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         got
     }
 
@@ -414,14 +415,18 @@ impl Volume {
     /// HDD extents with blocks in the write log, with how many, in HDD slot
     /// order (the write-back's elevator order).
     pub fn logged_extents(&self) -> Vec<(u64, u32)> {
+        if self.map.counts().logged == 0 {
+            return Vec::new();
+        }
+        // Only side-table mappings can have logged blocks.
         let mut v: Vec<(u32, u64, u32)> = self
             .map
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| {
-                let g = e.read();
+            .extra_extents()
+            .into_iter()
+            .filter_map(|i| {
+                let g = self.map.at(i).read();
                 let m = g.as_ref()?;
-                (!m.logged.is_empty()).then_some((m.loc.slot, i as u64, m.logged.len() as u32))
+                (!m.logged.is_empty()).then_some((m.loc.slot, i, m.logged.len() as u32))
             })
             .collect();
         v.sort_unstable();
@@ -471,32 +476,16 @@ impl Volume {
 
     /// Counts of mapped and free slots.
     pub fn usage(&self) -> Usage {
-        let mut mapped = [0u64; 2];
-        let blocks = self.geo.blocks_per_extent();
-        let (mut logged, mut shadows, mut clean, mut stale) = (0u64, 0u64, 0u64, 0u64);
-        for e in self.map.iter() {
-            if let Some(m) = e.read().as_ref() {
-                mapped[m.loc.tier.index()] += 1;
-                logged += m.logged.len() as u64;
-                if let Some(s) = &m.shadow {
-                    shadows += 1;
-                    let written = m.written.count(blocks);
-                    let st = (0..blocks)
-                        .filter(|b| m.written.get(*b) && s.stale.get(*b))
-                        .count() as u64;
-                    stale += st;
-                    clean += u64::from(written) - st;
-                }
-            }
-        }
+        // Kept by the map as it changes: no scan of the volume.
+        let c = self.map.counts();
         Usage {
             log: self.log.usage(),
-            logged_blocks: logged,
-            shadows,
-            shadow_clean_blocks: clean,
-            shadow_stale_blocks: stale,
+            logged_blocks: c.logged,
+            shadows: c.shadows,
+            shadow_clean_blocks: c.shadow_clean,
+            shadow_stale_blocks: c.shadow_stale,
             capacity: self.size(),
-            mapped,
+            mapped: c.mapped,
             free: [
                 self.alloc.free_count(Tier::Ssd),
                 self.alloc.free_count(Tier::Hdd),

@@ -293,10 +293,7 @@ impl Volume {
         }
         let mut items: Vec<(Item, Option<Tier>)> = Vec::with_capacity(extents.len());
         for &(extent, reason) in extents {
-            let (Some(lock), Some(gen)) = (
-                self.map.get(extent as usize),
-                self.gens.get(extent as usize),
-            ) else {
+            let Some(lock) = self.map.get(extent) else {
                 return Err(VolumeError::OutOfRange {
                     offset: extent.saturating_mul(self.geo.extent_size),
                     len: self.geo.extent_size,
@@ -342,7 +339,7 @@ impl Volume {
                     extent,
                     reason,
                     before: m.clone(),
-                    gen: gen.load(Ordering::Acquire),
+                    gen: self.map.gen(extent).unwrap_or(0),
                     fresh: None,
                     runs: Vec::new(),
                     after: m.clone(),
@@ -573,11 +570,7 @@ impl Volume {
                 self.end_item(&it);
                 continue;
             }
-            let (lock, gen) = (
-                &self.map[it.extent as usize],
-                &self.gens[it.extent as usize],
-            );
-            let mut guard = lock.write();
+            let mut guard = self.map.at(it.extent).write();
             let touched = if it.watched {
                 self.unwatch(it.extent)
             } else {
@@ -587,7 +580,7 @@ impl Volume {
             let mut copied = copied;
             let current = guard.as_ref().cloned();
             let fits = match (&current, &touched) {
-                (Some(m), _) if *m == it.before && gen.load(Ordering::Acquire) == it.gen => true,
+                (Some(m), _) if *m == it.before && self.map.gen(it.extent) == Some(it.gen) => true,
                 // Written meanwhile but still where the copy came from:
                 // bring the written blocks over now, under the lock.
                 (Some(m), Some(t)) if m.loc == it.before.loc && m.shadow.is_none() => {
@@ -618,7 +611,7 @@ impl Volume {
                         continue;
                     }
                     *m = it.after.clone();
-                    gen.fetch_add(1, Ordering::AcqRel);
+                    self.map.bump(it.extent);
                     if m.loc.tier == Tier::Ssd && it.reason != Reason::Admit {
                         // Placed by another path: the admission order
                         // covers it too (an admission queues its own).
@@ -868,7 +861,7 @@ impl Volume {
                 } else {
                     it.runs.iter().map(|r| r.len).sum()
                 });
-                let guard = self.map[it.extent as usize].read();
+                let guard = self.map.at(it.extent).read();
                 if guard.as_ref() != Some(&it.before) {
                     // Changed since the snapshot: its commit will see it.
                     continue;

@@ -3,7 +3,7 @@
 //! together, then loading the extent map, the pins and the saved heat.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -243,8 +243,7 @@ impl Volume {
 
         let logical = geo.logical_extents();
         let blocks = geo.blocks_per_extent();
-        let mut map: Vec<RwLock<Option<Mapping>>> =
-            (0..logical).map(|_| RwLock::new(None)).collect();
+        let map = super::map::ExtentMap::new(logical, geo.ssd_slots, blocks);
         let mut owner = [
             vec![false; geo.ssd_slots as usize],
             vec![false; geo.hdd_slots as usize],
@@ -253,14 +252,14 @@ impl Volume {
         for (index, record) in store.load_extents()? {
             let m = Mapping::decode(&record, blocks)
                 .map_err(|e| VolumeError::Corrupt(format!("extent {index}: {e}")))?;
-            let entry = map.get_mut(index as usize).ok_or_else(|| {
+            let entry = map.get(index).ok_or_else(|| {
                 VolumeError::Corrupt(format!("extent {index} is beyond the volume"))
             })?;
             for loc in m.slots() {
                 claim(&mut owner, loc, index)?;
             }
             log_in_use.extend(m.logged.iter().map(|l| l.at));
-            *entry.get_mut() = Some(m);
+            *entry.write() = Some(m);
         }
         // Log segments are SSD slots no extent owns; no place is used twice.
         let mut places = std::collections::HashSet::new();
@@ -287,11 +286,13 @@ impl Volume {
         if !clean {
             // After a crash a shadow may miss the stale mark of a write that
             // reached the SSD: its copy is no longer trusted.
-            for (index, e) in map.iter_mut().enumerate() {
-                if let Some(m) = e.get_mut() {
+            // Only side-table mappings can have one.
+            for index in map.extra_extents() {
+                let mut e = map.at(index).write();
+                if let Some(m) = e.as_mut() {
                     if let Some(s) = m.shadow.take() {
                         owner[Tier::Hdd.index()][s.slot as usize] = false;
-                        store.put_extent(index as u64, &m.encode())?;
+                        store.put_extent(index, &m.encode())?;
                     }
                 }
             }
@@ -346,7 +347,7 @@ impl Volume {
             devices: super::DeviceSlots::new(devices),
             meters,
             store,
-            map: map.into_boxed_slice(),
+            map,
             alloc,
             log,
             log_enabled: AtomicBool::new(opts.write_log),
@@ -364,8 +365,7 @@ impl Volume {
             flush_failed: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
             meta_gate: RwLock::new(()),
-            gens: (0..logical).map(|_| AtomicU32::new(0)).collect(),
-            watched: (0..logical).map(|_| AtomicU32::new(0)).collect(),
+            watching: AtomicUsize::new(0),
             touched: Mutex::new(HashMap::new()),
             heat: Arc::new(heat),
             clock: opts.clock,

@@ -57,7 +57,7 @@ impl Volume {
 
     /// Where an extent sits and why.
     pub fn explain(&self, extent: u64) -> Option<Placement> {
-        let guard = self.map.get(extent as usize)?.read();
+        let guard = self.map.get(extent)?.read();
         let blocks = self.geo.blocks_per_extent();
         let m = guard.as_ref();
         Some(Placement {
@@ -95,13 +95,13 @@ impl Volume {
     /// in extent order.
     pub(crate) fn mapped_extents(&self) -> Vec<(u64, Loc, bool)> {
         let blocks = self.geo.blocks_per_extent();
-        self.map
-            .iter()
-            .enumerate()
-            .filter_map(|(i, lock)| {
-                lock.read()
+        (0..self.map.len())
+            .filter_map(|i| {
+                self.map
+                    .at(i)
+                    .read()
                     .as_ref()
-                    .map(|m| (i as u64, m.loc, m.shadow_clean(blocks)))
+                    .map(|m| (i, m.loc, m.shadow_clean(blocks)))
             })
             .collect()
     }
@@ -110,9 +110,16 @@ impl Volume {
     /// extent order: what the SSD holds is bounded by its slots, not by the
     /// volume's size.
     pub(crate) fn ssd_extents(&self) -> Vec<(u64, Loc, bool)> {
-        let mut out = self.mapped_extents();
-        out.retain(|(_, loc, _)| loc.tier == Tier::Ssd);
-        out
+        let blocks = self.geo.blocks_per_extent();
+        self.map
+            .ssd_extents()
+            .into_iter()
+            .filter_map(|e| {
+                let g = self.map.at(e).read();
+                let m = g.as_ref().filter(|m| m.loc.tier == Tier::Ssd)?;
+                Some((e, m.loc, m.shadow_clean(blocks)))
+            })
+            .collect()
     }
 }
 

@@ -87,7 +87,7 @@ impl Volume {
             .map_err(io_err(dev.as_ref()))
     }
 
-    /// Mapped extents other than `except` that `pick` chooses, coldest first
+    /// SSD extents other than `except` that `pick` chooses, coldest first
     /// (hottest first with `hottest`); extents busy right now are skipped.
     fn extents_by_heat(
         &self,
@@ -96,19 +96,21 @@ impl Volume {
         pick: impl Fn(u64, &super::Mapping, bool) -> bool,
     ) -> Vec<u64> {
         // Idle extents rank below every extent in use, then by score.
-        let active = self.heat.active_all();
+        // Every caller looks for SSD extents: the SSD's owners, not a scan
+        // of the volume.
+        let idle_after = self.heat.config().idle_after.as_secs().max(1);
         let mut found: Vec<((bool, f32), u64)> = self
             .map
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (i as u64, e))
-            .filter(|(i, _)| Some(*i) != except)
-            .filter_map(|(i, e)| {
-                let g = e.try_read()?;
-                let key = (
-                    active.get(i as usize).copied().unwrap_or(false),
-                    self.heat.score(i),
-                );
+            .ssd_extents()
+            .into_iter()
+            .filter(|i| Some(*i) != except)
+            .filter_map(|i| {
+                let g = self.map.at(i).try_read()?;
+                let active = self
+                    .heat
+                    .idle_secs(i)
+                    .is_some_and(|s| u64::from(s) < idle_after);
+                let key = (active, self.heat.score(i));
                 pick(i, g.as_ref()?, key.0).then_some((key, i))
             })
             .collect();
@@ -147,7 +149,7 @@ impl Volume {
             if dropped == max {
                 break;
             }
-            let Some(mut guard) = self.map[extent as usize].try_write() else {
+            let Some(mut guard) = self.slot_lock(extent).try_write() else {
                 continue;
             };
             let Some(m) = guard.as_mut() else { continue };
@@ -231,7 +233,7 @@ impl Volume {
         reason: crate::units::Reason,
     ) -> VolumeResult<bool> {
         let blocks = self.geo.blocks_per_extent();
-        let Some(lock) = self.map.get(extent as usize) else {
+        let Some(lock) = self.map.get(extent) else {
             return Ok(false);
         };
         let Some(mut guard) = lock.try_write() else {

@@ -538,9 +538,7 @@ impl Volume {
     }
 
     pub(crate) fn bump(&self, extent: u64) {
-        if let Some(g) = self.gens.get(extent as usize) {
-            g.fetch_add(1, Ordering::AcqRel);
-        }
+        self.map.bump(extent);
     }
 
     pub(crate) fn device_write(&self, loc: Loc, start: u64, data: &[u8]) -> VolumeResult<()> {

@@ -1,0 +1,540 @@
+//! The extent map in memory: one packed word per logical extent behind the
+//! extent's own lock, a side table for the mappings a word cannot hold, and
+//! the counts and the SSD's owners kept as the map changes.
+//!
+//! Most mapped extents are *plain*: every block written, no second copy, no
+//! logged blocks. Tier and slot then fit in a word, which shares its eight
+//! bytes with the extent's generation counter, so an extent costs sixteen
+//! bytes (its lock and its word) however large the volume. A mapping with a
+//! written-block bitmap, a shadow or logged blocks lives in the side table,
+//! sharded by extent, and its word says so: what costs more is what is
+//! used. A never-written extent costs its sixteen bytes and nothing else.
+//!
+//! The guards keep the old interface of a lock over an `Option<Mapping>`:
+//! a read guard lends the mapping (decoded from the word, or shared with the
+//! side table without a copy); a write guard owns it while held and stores
+//! it back, re-packed, when dropped, still under the lock. The store-back
+//! also keeps the usage counts [`Volume::usage`](super::Volume::usage)
+//! reports and the owner of every SSD slot, so neither needs a scan of the
+//! volume.
+
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::extent::{Loc, Mapping, Written};
+use super::geometry::Tier;
+
+/// The low 32 bits: the slot.
+const SLOT_MASK: u64 = 0xffff_ffff;
+/// Set for an HDD slot.
+const HDD: u64 = 1 << 32;
+/// Set for a mapped extent.
+const MAPPED: u64 = 1 << 33;
+/// Set when the mapping is in the side table.
+const EXTRA: u64 = 1 << 34;
+/// The bits that say where the extent is (the rest is its generation).
+const MAPPING_MASK: u64 = (1 << GEN_SHIFT) - 1;
+/// The generation's first bit.
+const GEN_SHIFT: u32 = 40;
+/// One generation step.
+const GEN_ONE: u64 = 1 << GEN_SHIFT;
+
+/// Side-table shards: enough that the I/O threads rarely meet on one.
+const SHARDS: usize = 64;
+
+/// A side-table entry: the mapping, shared with the read guards that lend
+/// it (an `Option` so that a guard can lend it as the lock's old content).
+type Shared = Arc<Option<Mapping>>;
+
+/// Usage counts, kept as mappings change.
+#[derive(Default)]
+struct Counts {
+    mapped: [AtomicI64; 2],
+    logged: AtomicI64,
+    shadows: AtomicI64,
+    shadow_clean: AtomicI64,
+    shadow_stale: AtomicI64,
+}
+
+/// What one mapping adds to [`Counts`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    mapped: [i64; 2],
+    logged: i64,
+    shadows: i64,
+    shadow_clean: i64,
+    shadow_stale: i64,
+}
+
+impl Tally {
+    fn of(m: Option<&Mapping>, blocks: u32) -> Tally {
+        let Some(m) = m else {
+            return Tally::default();
+        };
+        let mut t = Tally::default();
+        t.mapped[m.loc.tier.index()] = 1;
+        t.logged = m.logged.len() as i64;
+        if let Some(s) = &m.shadow {
+            t.shadows = 1;
+            let written = i64::from(m.written.count(blocks));
+            let stale = (0..blocks)
+                .filter(|b| m.written.get(*b) && s.stale.get(*b))
+                .count() as i64;
+            t.shadow_stale = stale;
+            t.shadow_clean = written - stale;
+        }
+        t
+    }
+}
+
+/// The usage counts of a map (see [`super::Usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MapCounts {
+    pub(crate) mapped: [u64; 2],
+    pub(crate) logged: u64,
+    pub(crate) shadows: u64,
+    pub(crate) shadow_clean: u64,
+    pub(crate) shadow_stale: u64,
+}
+
+/// The extent map of a volume.
+pub(crate) struct ExtentMap {
+    cells: Box<[Cell]>,
+    extras: Box<[Mutex<HashMap<u64, Shared>>]>,
+    /// Per SSD slot: the extent mapped there, plus one (0: none).
+    ssd_owner: Box<[AtomicU32]>,
+    counts: Counts,
+    blocks: u32,
+}
+
+/// One extent: its lock, and its word (mapping and generation), which the
+/// lock guards as far as the mapping bits go; the generation changes under
+/// the shared lock too, by atomic adds.
+struct Cell {
+    lock: RwLock<()>,
+    word: AtomicU64,
+}
+
+/// How a plain mapping packs, or `None` when it needs the side table.
+fn pack(m: &Mapping) -> Option<u64> {
+    let plain = matches!(m.written, Written::Full) && m.shadow.is_none() && m.logged.is_empty();
+    plain.then(|| {
+        let tier = if m.loc.tier == Tier::Hdd { HDD } else { 0 };
+        MAPPED | tier | u64::from(m.loc.slot)
+    })
+}
+
+/// The mapping a word holds by itself (mapped, not in the side table).
+fn unpack(word: u64) -> Mapping {
+    let tier = if word & HDD != 0 {
+        Tier::Hdd
+    } else {
+        Tier::Ssd
+    };
+    Mapping::plain(
+        Loc {
+            tier,
+            slot: (word & SLOT_MASK) as u32,
+        },
+        Written::Full,
+    )
+}
+
+impl ExtentMap {
+    /// An empty map of `extents` extents with `blocks` blocks each, over an
+    /// SSD of `ssd_slots` slots. Extent numbers must fit 32 bits (the SSD's
+    /// owners are kept in 32 bits each), as every geometry's do.
+    pub(crate) fn new(extents: u64, ssd_slots: u32, blocks: u32) -> ExtentMap {
+        debug_assert!(extents < u64::from(u32::MAX));
+        ExtentMap {
+            cells: (0..extents)
+                .map(|_| Cell {
+                    lock: RwLock::new(()),
+                    word: AtomicU64::new(0),
+                })
+                .collect(),
+            extras: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            ssd_owner: (0..ssd_slots).map(|_| AtomicU32::new(0)).collect(),
+            counts: Counts::default(),
+            blocks,
+        }
+    }
+
+    /// Extents in the map.
+    pub(crate) fn len(&self) -> u64 {
+        self.cells.len() as u64
+    }
+
+    fn shard(&self, extent: u64) -> &Mutex<HashMap<u64, Shared>> {
+        &self.extras[extent as usize % SHARDS]
+    }
+
+    /// The lock of `extent`, if it is in the map.
+    pub(crate) fn get(&self, extent: u64) -> Option<ExtentLock<'_>> {
+        let cell = self.cells.get(extent as usize)?;
+        Some(ExtentLock {
+            map: self,
+            extent,
+            cell,
+        })
+    }
+
+    /// The lock of `extent`, which the caller checked is in range.
+    pub(crate) fn at(&self, extent: u64) -> ExtentLock<'_> {
+        self.get(extent).unwrap_or_else(|| {
+            panic!(
+                "extent {extent} is beyond the map's {} (callers pass checked extents)",
+                self.len()
+            )
+        })
+    }
+
+    /// The extent's generation: bumped before (and for writes under the
+    /// shared lock, after) every change of its data or mapping, so that a
+    /// migration can tell whether its copy is still current.
+    pub(crate) fn gen(&self, extent: u64) -> Option<u32> {
+        let cell = self.cells.get(extent as usize)?;
+        Some((cell.word.load(Ordering::Acquire) >> GEN_SHIFT) as u32)
+    }
+
+    /// Bump `extent`'s generation (the add leaves the mapping bits alone,
+    /// so it needs no lock of its own).
+    pub(crate) fn bump(&self, extent: u64) {
+        if let Some(cell) = self.cells.get(extent as usize) {
+            cell.word.fetch_add(GEN_ONE, Ordering::AcqRel);
+        }
+    }
+
+    /// The usage counts.
+    pub(crate) fn counts(&self) -> MapCounts {
+        let get = |a: &AtomicI64| a.load(Ordering::Relaxed).max(0) as u64;
+        MapCounts {
+            mapped: [get(&self.counts.mapped[0]), get(&self.counts.mapped[1])],
+            logged: get(&self.counts.logged),
+            shadows: get(&self.counts.shadows),
+            shadow_clean: get(&self.counts.shadow_clean),
+            shadow_stale: get(&self.counts.shadow_stale),
+        }
+    }
+
+    /// The extents on the SSD, in slot order (each once).
+    pub(crate) fn ssd_extents(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .ssd_owner
+            .iter()
+            .filter_map(|o| match o.load(Ordering::Acquire) {
+                0 => None,
+                e => Some(u64::from(e - 1)),
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The extents whose mappings are in the side table.
+    pub(crate) fn extra_extents(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .extras
+            .iter()
+            .flat_map(|s| s.lock().keys().copied().collect::<Vec<_>>())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Account for `extent` changing from `old` to `new`.
+    fn account(&self, extent: u64, old: (Tally, Option<Loc>), new: (Tally, Option<Loc>)) {
+        let c = &self.counts;
+        let d = |a: &AtomicI64, o: i64, n: i64| {
+            if o != n {
+                a.fetch_add(n - o, Ordering::Relaxed);
+            }
+        };
+        let ((o, ol), (n, nl)) = (old, new);
+        d(&c.mapped[0], o.mapped[0], n.mapped[0]);
+        d(&c.mapped[1], o.mapped[1], n.mapped[1]);
+        d(&c.logged, o.logged, n.logged);
+        d(&c.shadows, o.shadows, n.shadows);
+        d(&c.shadow_clean, o.shadow_clean, n.shadow_clean);
+        d(&c.shadow_stale, o.shadow_stale, n.shadow_stale);
+        if ol == nl {
+            return;
+        }
+        let me = extent as u32 + 1;
+        if let Some(Loc {
+            tier: Tier::Ssd,
+            slot,
+        }) = ol
+        {
+            if let Some(o) = self.ssd_owner.get(slot as usize) {
+                // Only if still ours: the slot's next owner may have come
+                // first (its lock is another extent's).
+                let _ = o.compare_exchange(me, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+        if let Some(Loc {
+            tier: Tier::Ssd,
+            slot,
+        }) = nl
+        {
+            if let Some(o) = self.ssd_owner.get(slot as usize) {
+                o.store(me, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// The lock of one extent, with the read and write guards of the old
+/// `RwLock<Option<Mapping>>`.
+#[derive(Clone, Copy)]
+pub(crate) struct ExtentLock<'a> {
+    map: &'a ExtentMap,
+    extent: u64,
+    cell: &'a Cell,
+}
+
+impl<'a> ExtentLock<'a> {
+    /// Wait for the shared lock.
+    pub(crate) fn read(self) -> MapRead<'a> {
+        self.lend(self.cell.lock.read())
+    }
+
+    /// The shared lock if it is free of writers now.
+    pub(crate) fn try_read(self) -> Option<MapRead<'a>> {
+        self.cell.lock.try_read().map(|g| self.lend(g))
+    }
+
+    /// Wait for the exclusive lock.
+    pub(crate) fn write(self) -> MapWrite<'a> {
+        self.own(self.cell.lock.write())
+    }
+
+    /// The exclusive lock if it is free now.
+    pub(crate) fn try_write(self) -> Option<MapWrite<'a>> {
+        self.cell.lock.try_write().map(|g| self.own(g))
+    }
+
+    fn lend(self, g: RwLockReadGuard<'a, ()>) -> MapRead<'a> {
+        let word = self.cell.word.load(Ordering::Acquire);
+        let held = if word & MAPPED == 0 {
+            Held::Inline(None)
+        } else if word & EXTRA == 0 {
+            Held::Inline(Some(unpack(word)))
+        } else {
+            match self.map.shard(self.extent).lock().get(&self.extent) {
+                Some(m) => Held::Shared(m.clone()),
+                None => Held::Inline(None),
+            }
+        };
+        MapRead { held, _lock: g }
+    }
+
+    fn own(self, g: RwLockWriteGuard<'a, ()>) -> MapWrite<'a> {
+        let word = self.cell.word.load(Ordering::Acquire);
+        let value = if word & MAPPED == 0 {
+            None
+        } else if word & EXTRA == 0 {
+            Some(unpack(word))
+        } else {
+            let taken = self.map.shard(self.extent).lock().remove(&self.extent);
+            // Readers drop their share before their lock: ours is the last
+            // (a clone only if one was still on its way out).
+            taken.and_then(|m| Arc::try_unwrap(m).unwrap_or_else(|m| (*m).clone()))
+        };
+        let blocks = self.map.blocks;
+        let old = (
+            Tally::of(value.as_ref(), blocks),
+            value.as_ref().map(|m| m.loc),
+        );
+        MapWrite {
+            map: self.map,
+            extent: self.extent,
+            value,
+            old,
+            changed: false,
+            word: &self.cell.word,
+            _lock: g,
+        }
+    }
+}
+
+enum Held {
+    Inline(Option<Mapping>),
+    Shared(Shared),
+}
+
+/// An extent's mapping under its shared lock.
+pub(crate) struct MapRead<'a> {
+    // Dropped before the lock, so a writer that comes next finds the side
+    // table's entry unshared.
+    held: Held,
+    _lock: RwLockReadGuard<'a, ()>,
+}
+
+impl Deref for MapRead<'_> {
+    type Target = Option<Mapping>;
+
+    fn deref(&self) -> &Option<Mapping> {
+        match &self.held {
+            Held::Inline(m) => m,
+            Held::Shared(m) => m,
+        }
+    }
+}
+
+/// An extent's mapping under its exclusive lock, stored back (packed, and
+/// accounted) when the guard is dropped.
+pub(crate) struct MapWrite<'a> {
+    map: &'a ExtentMap,
+    extent: u64,
+    value: Option<Mapping>,
+    old: (Tally, Option<Loc>),
+    /// Lent mutably since taken (stored back even if unchanged).
+    changed: bool,
+    word: &'a AtomicU64,
+    _lock: RwLockWriteGuard<'a, ()>,
+}
+
+impl Deref for MapWrite<'_> {
+    type Target = Option<Mapping>;
+
+    fn deref(&self) -> &Option<Mapping> {
+        &self.value
+    }
+}
+
+impl DerefMut for MapWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Option<Mapping> {
+        self.changed = true;
+        &mut self.value
+    }
+}
+
+impl Drop for MapWrite<'_> {
+    fn drop(&mut self) {
+        let value = self.value.take();
+        let (word, extra) = match &value {
+            None => (0, false),
+            Some(m) => match pack(m) {
+                Some(w) => (w, false),
+                None => (MAPPED | EXTRA, true),
+            },
+        };
+        if self.changed {
+            let new = (
+                Tally::of(value.as_ref(), self.map.blocks),
+                value.as_ref().map(|m| m.loc),
+            );
+            self.map.account(self.extent, self.old, new);
+        }
+        if extra {
+            self.map
+                .shard(self.extent)
+                .lock()
+                .insert(self.extent, Arc::new(value));
+        }
+        // Keep the generation, which may be bumped meanwhile; the mapping
+        // bits change only under the exclusive lock, which we hold.
+        let _ = self
+            .word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some((w & !MAPPING_MASK) | word)
+            });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::volume::extent::Shadow;
+
+    fn loc(tier: Tier, slot: u32) -> Loc {
+        Loc { tier, slot }
+    }
+
+    #[test]
+    fn an_extent_costs_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<Cell>(), 16);
+    }
+
+    #[test]
+    fn plain_mappings_stay_in_the_word_and_others_in_the_side_table() {
+        let map = ExtentMap::new(8, 4, 256);
+        assert_eq!(*map.at(3).read(), None);
+        *map.at(3).write() = Some(Mapping::plain(loc(Tier::Hdd, 7), Written::Full));
+        assert!(map.extra_extents().is_empty(), "a plain mapping packs");
+        assert_eq!(
+            *map.at(3).read(),
+            Some(Mapping::plain(loc(Tier::Hdd, 7), Written::Full))
+        );
+        let mut partial = Written::empty(256);
+        partial.set_range(0, 9, true, 256);
+        let m = Mapping::plain(loc(Tier::Ssd, 2), partial);
+        *map.at(5).write() = Some(m.clone());
+        assert_eq!(map.extra_extents(), vec![5]);
+        assert_eq!(*map.at(5).read(), Some(m));
+        // Written in full, it packs again and leaves the side table.
+        if let Some(m) = map.at(5).write().as_mut() {
+            m.written.set_range(0, 255, true, 256);
+        }
+        assert!(map.extra_extents().is_empty());
+        assert_eq!(
+            *map.at(5).read(),
+            Some(Mapping::plain(loc(Tier::Ssd, 2), Written::Full))
+        );
+        *map.at(5).write() = None;
+        assert_eq!(*map.at(5).read(), None);
+    }
+
+    #[test]
+    fn counts_and_ssd_owners_follow_every_change() {
+        let map = ExtentMap::new(8, 4, 4);
+        *map.at(1).write() = Some(Mapping::plain(loc(Tier::Ssd, 0), Written::Full));
+        *map.at(2).write() = Some(Mapping::plain(loc(Tier::Hdd, 0), Written::Full));
+        let mut stale = Written::empty(4);
+        stale.set_range(1, 1, true, 4);
+        *map.at(4).write() = Some(Mapping {
+            loc: loc(Tier::Ssd, 3),
+            written: Written::Full,
+            shadow: Some(Shadow { slot: 5, stale }),
+            logged: Vec::new(),
+        });
+        let c = map.counts();
+        assert_eq!(c.mapped, [2, 1]);
+        assert_eq!((c.shadows, c.shadow_clean, c.shadow_stale), (1, 3, 1));
+        assert_eq!(map.ssd_extents(), vec![1, 4]);
+        // Extent 1 leaves slot 0 for the HDD; extent 6 takes slot 0 first.
+        *map.at(6).write() = Some(Mapping::plain(loc(Tier::Ssd, 0), Written::Full));
+        *map.at(1).write() = Some(Mapping::plain(loc(Tier::Hdd, 1), Written::Full));
+        assert_eq!(map.ssd_extents(), vec![4, 6], "the new owner keeps it");
+        *map.at(4).write() = None;
+        let c = map.counts();
+        assert_eq!(c.mapped, [1, 2]);
+        assert_eq!((c.shadows, c.shadow_clean, c.shadow_stale), (0, 0, 0));
+        assert_eq!(map.ssd_extents(), vec![6]);
+    }
+
+    #[test]
+    fn a_bump_changes_the_generation_and_nothing_else() {
+        let map = ExtentMap::new(2, 1, 256);
+        let m = Some(Mapping::plain(loc(Tier::Hdd, 9), Written::Full));
+        *map.at(0).write() = m.clone();
+        let g0 = map.gen(0);
+        {
+            let _held = map.at(0).read();
+            map.bump(0);
+        }
+        assert_ne!(map.gen(0), g0);
+        assert_eq!(*map.at(0).read(), m);
+        // A store-back keeps the generation.
+        let g1 = map.gen(0);
+        *map.at(0).write() = None;
+        assert_eq!(map.gen(0), g1);
+        assert_eq!(map.gen(5), None);
+    }
+}
