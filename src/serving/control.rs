@@ -450,7 +450,7 @@ fn placement(live: &Live, offset: u64, len: u64) -> PlacementMap {
     let (first, end) = (offset / es, (offset + len).div_ceil(es));
     let mut runs: Vec<Run> = Vec::new();
     for e in first..end {
-        let at = Where::from(vol.mapping(e).map(|m| m.loc.tier));
+        let at = Where::from(vol.tier_of(e));
         match runs.last_mut() {
             Some(r) if r.at == at => r.len += es,
             _ => runs.push(Run {

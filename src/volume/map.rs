@@ -119,13 +119,17 @@ struct Cell {
     word: AtomicU64,
 }
 
-/// How a plain mapping packs, or `None` when it needs the side table.
-fn pack(m: &Mapping) -> Option<u64> {
+/// The word of a mapping: its place, and whether the rest of it is in the
+/// side table (anything but plain).
+fn pack(m: &Mapping) -> (u64, bool) {
     let plain = matches!(m.written, Written::Full) && m.shadow.is_none() && m.logged.is_empty();
-    plain.then(|| {
-        let tier = if m.loc.tier == Tier::Hdd { HDD } else { 0 };
-        MAPPED | tier | u64::from(m.loc.slot)
-    })
+    let tier = if m.loc.tier == Tier::Hdd { HDD } else { 0 };
+    let word = MAPPED | tier | u64::from(m.loc.slot);
+    if plain {
+        (word, false)
+    } else {
+        (word | EXTRA, true)
+    }
 }
 
 /// The mapping a word holds by itself (mapped, not in the side table).
@@ -199,6 +203,17 @@ impl ExtentMap {
     pub(crate) fn gen(&self, extent: u64) -> Option<u32> {
         let cell = self.cells.get(extent as usize)?;
         Some((cell.word.load(Ordering::Acquire) >> GEN_SHIFT) as u32)
+    }
+
+    /// The tier `extent` is mapped on, without its lock (one atomic load:
+    /// a place changes only under the extent's exclusive lock).
+    pub(crate) fn tier(&self, extent: u64) -> Option<Tier> {
+        let w = self
+            .cells
+            .get(extent as usize)?
+            .word
+            .load(Ordering::Acquire);
+        (w & MAPPED != 0).then_some(if w & HDD != 0 { Tier::Hdd } else { Tier::Ssd })
     }
 
     /// Bump `extent`'s generation (the add leaves the mapping bits alone,
@@ -418,13 +433,7 @@ impl DerefMut for MapWrite<'_> {
 impl Drop for MapWrite<'_> {
     fn drop(&mut self) {
         let value = self.value.take();
-        let (word, extra) = match &value {
-            None => (0, false),
-            Some(m) => match pack(m) {
-                Some(w) => (w, false),
-                None => (MAPPED | EXTRA, true),
-            },
-        };
+        let (word, extra) = value.as_ref().map_or((0, false), pack);
         if self.changed {
             let new = (
                 Tally::of(value.as_ref(), self.map.blocks),
@@ -478,6 +487,10 @@ mod tests {
         *map.at(5).write() = Some(m.clone());
         assert_eq!(map.extra_extents(), vec![5]);
         assert_eq!(*map.at(5).read(), Some(m));
+        assert_eq!(
+            (map.tier(5), map.tier(3), map.tier(4)),
+            (Some(Tier::Ssd), Some(Tier::Hdd), None)
+        );
         // Written in full, it packs again and leaves the side table.
         if let Some(m) = map.at(5).write().as_mut() {
             m.written.set_range(0, 255, true, 256);

@@ -234,6 +234,12 @@ impl Volume {
         self.map.get(extent).and_then(|e| e.read().clone())
     }
 
+    /// The tier a logical extent is mapped on, if it is (no lock, no copy:
+    /// what a map of the whole volume reads).
+    pub fn tier_of(&self, extent: u64) -> Option<Tier> {
+        self.map.tier(extent)
+    }
+
     /// A handle on the heat map this volume's I/O records into (restored
     /// from the store at open): taken once at start-up and handed to the
     /// migrator and the serving layer.
