@@ -48,9 +48,7 @@ impl Volume {
             new.push(Pin { start, end, tier });
         }
         let room = u64::from(self.geo.ssd_slots - self.geo.reserve_extents);
-        let pinned = (0..self.geo.logical_extents())
-            .filter(|e| pin_in(&new, *e) == Some(Tier::Ssd))
-            .count() as u64;
+        let pinned = pinned_to(&new, Tier::Ssd);
         if pinned > room {
             return Err(VolumeError::Pin(format!(
                 "{pinned} extents would be pinned to the SSD, which has room for {room} outside the reserve"
@@ -71,5 +69,41 @@ impl Volume {
     /// All pin entries, later overriding earlier.
     pub(crate) fn pins(&self) -> Vec<Pin> {
         self.pins.read().clone()
+    }
+}
+
+/// How many extents `pins` pin to `tier`: the pins' ends cut the volume
+/// into pieces each of which one pin (or none) decides, so the count costs
+/// the pins, not the volume's size.
+fn pinned_to(pins: &[Pin], tier: Tier) -> u64 {
+    let mut cuts: Vec<u64> = pins.iter().flat_map(|p| [p.start, p.end]).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts.windows(2)
+        .filter(|w| pin_in(pins, w[0]) == Some(tier))
+        .map(|w| w[1] - w[0])
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pinned_count_follows_overrides() {
+        let pin = |start, end, tier| Pin { start, end, tier };
+        let pins = [
+            pin(0, 100, Some(Tier::Ssd)),
+            pin(40, 60, None),
+            pin(50, 55, Some(Tier::Hdd)),
+            pin(90, 120, Some(Tier::Ssd)),
+        ];
+        let by_scan = (0..200)
+            .filter(|e| pin_in(&pins, *e) == Some(Tier::Ssd))
+            .count() as u64;
+        assert_eq!(pinned_to(&pins, Tier::Ssd), by_scan);
+        assert_eq!(by_scan, 40 + 60);
+        assert_eq!(pinned_to(&pins, Tier::Hdd), 5);
+        assert_eq!(pinned_to(&[], Tier::Ssd), 0);
     }
 }
