@@ -11,9 +11,11 @@
 #     window, as CPU seconds per minute and % of one core, and the
 #     migrator thread's CPU per planning round (tierd-migrate's ticks over
 #     the rounds `tierctl status` counts);
-#   - the same over the busy window right after the writes, plus the
-#     busiest second of the migrator thread (the daemon reports a count of
-#     rounds, not how long one takes);
+#   - the same over the busy window right after the writes, plus rounds
+#     per second, the busiest second of the migrator thread, and the moves
+#     and pre-cleanings (new SSD data given an HDD copy) done meanwhile
+#     (the daemon counts rounds but does not say how long one takes: when
+#     rounds run back to back, CPU per round is about a round's time);
 #   - start-up time after a clean stop (SIGTERM, the stop's own time too)
 #     and after kill -9: until the NBD port serves (nbdinfo) and `tierctl
 #     status` answers;
@@ -71,7 +73,7 @@ while [ $# -gt 0 ]; do
         --port) port=${2:?--port needs a number}; shift ;;
         --keep) keep=1 ;;
         --json) json_out=${2:?--json needs a file}; shift ;;
-        -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
     shift
@@ -161,6 +163,7 @@ status_json() { ctl --json status; }
 rounds() { status_json | jq '.migration.rounds'; }
 moves() { status_json | jq '.migration.promotions + .migration.demotions'; }
 mapped() { status_json | jq '[.tiers[].extents] | add'; }
+precleaned() { status_json | jq '.shadows.precleaned // 0'; }
 
 # start LABEL: serve $data in the background; sets $pid and $ready_s, the
 # seconds until the NBD port serves and tierctl status answers.
@@ -204,14 +207,16 @@ stop_kill() {
 }
 
 # window S: CPU over S seconds of the running daemon, sampled each second.
-# Sets win_ticks, win_mig_ticks, win_rounds, win_moves, win_peak_mig
-# (the migrator thread's busiest second, in ticks).
+# Sets win_ticks, win_mig_ticks, win_rounds, win_moves, win_precleaned
+# (SSD extents given an HDD copy) and win_peak_mig (the migrator thread's
+# busiest second, in ticks).
 window() {
-    local secs=$1 c0 m0 r0 v0 prev cur i
+    local secs=$1 c0 m0 r0 v0 p0 prev cur i
     c0=$(cpu_ticks "$pid")
     m0=$(migrator_ticks "$pid")
     r0=$(rounds)
     v0=$(moves)
+    p0=$(precleaned)
     win_peak_mig=0
     prev=$m0
     for ((i = 0; i < secs; i++)); do
@@ -231,6 +236,7 @@ window() {
     fi
     win_rounds=$(($(rounds) - r0))
     win_moves=$(($(moves) - v0))
+    win_precleaned=$(($(precleaned) - p0))
 }
 
 # median3 CMD...: median wall time in seconds of three runs of CMD.
@@ -311,7 +317,7 @@ for s in "${size_list[@]}"; do
     log "$s: busy window ${busy} s"
     window "$busy"
     busy_ticks=$win_ticks busy_mig=$win_mig_ticks busy_rounds=$win_rounds
-    busy_moves=$win_moves busy_peak=$win_peak_mig
+    busy_moves=$win_moves busy_peak=$win_peak_mig busy_precleaned=$win_precleaned
     rss_after=$(rss_kib "$pid" VmRSS)
     hwm=$(rss_kib "$pid" VmHWM)
     mapped_before=$(mapped)
@@ -345,6 +351,7 @@ for s in "${size_list[@]}"; do
         --arg idle_mig "$idle_mig" --arg busy_mig "$busy_mig" \
         --argjson busy_ticks "$busy_ticks" --argjson busy_rounds "$busy_rounds" \
         --argjson busy_moves "$busy_moves" --argjson busy_peak "$busy_peak" \
+        --argjson busy_precleaned "$busy_precleaned" \
         --argjson writes "$writes" --argjson write_size "$write_size" --argjson write_s "$write_s" \
         --argjson status_s "$status_s" --argjson map_s "$map_s" \
         --argjson stop_s "$stop_s" --argjson start_clean_s "$start_clean_s" \
@@ -372,7 +379,8 @@ for s in "${size_list[@]}"; do
             busy: {
                 window_s: $busy, cpu_s_per_min: r($busy_ticks / $hz * 60 / $busy; 3),
                 cpu_percent: r($busy_ticks / $hz / $busy * 100; 2),
-                rounds: $busy_rounds, moves: $busy_moves,
+                rounds: $busy_rounds, rounds_per_s: r($busy_rounds / $busy; 2),
+                moves: $busy_moves, precleaned: $busy_precleaned,
                 migrator_cpu_ms_per_round: per_round($bm; $busy_rounds),
                 migrator_peak_percent: r($busy_peak / $hz * 100; 1)
             },
@@ -409,9 +417,10 @@ jq -rs '
       ["idle CPU % of a core", (.[] | .idle.cpu_percent | tostring)],
       ["idle migrator CPU/round", (.[] | .idle.migrator_cpu_ms_per_round | opt(tostring + " ms"))],
       ["busy CPU s/min", (.[] | .busy.cpu_s_per_min | tostring)],
+      ["busy rounds per second", (.[] | .busy.rounds_per_s | tostring)],
       ["busy migrator CPU/round", (.[] | .busy.migrator_cpu_ms_per_round | opt(tostring + " ms"))],
       ["busy migrator peak second", (.[] | .busy.migrator_peak_percent | tostring + " %")],
-      ["moves in busy window", (.[] | .busy.moves | tostring)],
+      ["moves, pre-cleaned (busy)", (.[] | "\(.busy.moves), \(.busy.precleaned)")],
       ["writes (count, time)", (.[] | "\(.writes.count), \(.writes.seconds | s)")],
       ["format", (.[] | .format_s | s)],
       ["first start", (.[] | .start_first_s | s)],
