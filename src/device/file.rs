@@ -12,6 +12,11 @@
 //! `PUNCH_HOLE` where that is missing) so that pages in flight keep their
 //! old contents and the new data goes to new pages. Only filesystems whose
 //! fallocate is known to do that (ext4, XFS, btrfs, tmpfs) splice.
+//!
+//! Creating an image file ([`FileDevice::create_image`]) says why it could
+//! not ([`ImageError`]); a size the filesystem does not allow for one file
+//! (`EFBIG`, e.g. 16 TiB on ext4 with 4 KiB blocks) is told apart, with the
+//! filesystem's limit where it is known ([`FsLimit`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
@@ -23,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 
 use super::{check_range, BlockDevice};
+use crate::units::ByteSize;
 
 /// Alignment used for O_DIRECT transfers (covers 512 B and 4 KiB sectors).
 const DIRECT_ALIGN: usize = 4096;
@@ -111,17 +117,31 @@ impl FileDevice {
         self.splice
     }
 
-    /// Create a sparse image file of `size` bytes (fails if it exists).
-    pub fn create_image(path: &Path, size: u64) -> io::Result<()> {
+    /// Create a sparse image file of `size` bytes (fails if it exists). A
+    /// file it created but could not size or sync is removed again, so
+    /// that trying again (with another size) finds nothing in the way.
+    pub fn create_image(path: &Path, size: u64) -> Result<(), ImageError> {
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(path)
-            .map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display()))
+            .map_err(|source| ImageError::Create {
+                path: path.to_path_buf(),
+                source,
             })?;
-        file.set_len(size)?;
-        file.sync_all()
+        let sized = match file.set_len(size) {
+            Ok(()) => file.sync_all().map_err(|source| ImageError::Sync {
+                path: path.to_path_buf(),
+                source,
+            }),
+            Err(source) => Err(ImageError::sizing(path, size, source, fs_limit_of(&file))),
+        };
+        if sized.is_err() {
+            drop(file);
+            // Best effort: the error that matters is the one returned.
+            let _ = std::fs::remove_file(path);
+        }
+        sized
     }
 
     /// Whether the device is a block device node (not an image file).
@@ -143,6 +163,130 @@ impl FileDevice {
         let start = offset / a * a;
         let end = (offset + len as u64).div_ceil(a) * a;
         (start, (end - start) as usize)
+    }
+}
+
+/// `statfs` magic number of ext2, ext3 and ext4.
+const EXT_MAGIC: u64 = 0xEF53;
+
+/// Why [`FileDevice::create_image`] could not make an image file.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// The file could not be created (it exists, its directory is
+    /// missing or read-only, …).
+    #[error("cannot create {}: {source}", .path.display())]
+    Create {
+        /// The image file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The filesystem does not allow one file that large (`EFBIG`).
+    #[error(
+        "cannot make {} {}: {source}: {}",
+        .path.display(),
+        ByteSize(*.size),
+        FsLimitText(*.limit)
+    )]
+    TooLarge {
+        /// The image file.
+        path: PathBuf,
+        /// The size asked for, in bytes.
+        size: u64,
+        /// What is known of the filesystem's limit.
+        limit: FsLimit,
+        /// The error of growing the file.
+        #[source]
+        source: io::Error,
+    },
+    /// Growing the file to its size failed otherwise.
+    #[error("cannot make {} {}: {source}", .path.display(), ByteSize(*.size))]
+    Size {
+        /// The image file.
+        path: PathBuf,
+        /// The size asked for, in bytes.
+        size: u64,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The new file could not be synced.
+    #[error("cannot sync {}: {source}", .path.display())]
+    Sync {
+        /// The image file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ImageError {
+    /// The error of growing `path` to `size`: [`ImageError::TooLarge`]
+    /// when the filesystem said `EFBIG`.
+    fn sizing(path: &Path, size: u64, source: io::Error, limit: FsLimit) -> Self {
+        let path = path.to_path_buf();
+        if source.raw_os_error() == Some(libc::EFBIG) {
+            ImageError::TooLarge {
+                path,
+                size,
+                limit,
+                source,
+            }
+        } else {
+            ImageError::Size { path, size, source }
+        }
+    }
+
+    /// Whether the filesystem refused a file this large.
+    pub fn is_too_large(&self) -> bool {
+        matches!(self, ImageError::TooLarge { .. })
+    }
+}
+
+/// What is known of the largest file a filesystem allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsLimit {
+    /// ext2/3/4 with blocks of this many bytes: ext4 maps at most 2^32 − 1
+    /// blocks per file (16 TiB − 4 KiB with 4 KiB blocks).
+    Ext {
+        /// The block size.
+        block: u64,
+    },
+    /// Another or unknown filesystem.
+    Unknown,
+}
+
+/// The limit of the filesystem holding `file`.
+fn fs_limit_of(file: &File) -> FsLimit {
+    match rustix::fs::fstatfs(file) {
+        Ok(st) if st.f_type as u64 == EXT_MAGIC && st.f_bsize > 0 => FsLimit::Ext {
+            block: st.f_bsize as u64,
+        },
+        _ => FsLimit::Unknown,
+    }
+}
+
+/// [`FsLimit`] as the end of [`ImageError::TooLarge`]'s message.
+struct FsLimitText(FsLimit);
+
+impl std::fmt::Display for FsLimitText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            FsLimit::Ext { block } => write!(
+                f,
+                "the filesystem holding it (ext2/3/4, {} blocks) caps one file at {} − {} \
+                 (ext4; less on ext2/3)",
+                ByteSize(block),
+                ByteSize(block.saturating_mul(1 << 32)),
+                ByteSize(block),
+            ),
+            FsLimit::Unknown => write!(
+                f,
+                "the filesystem holding it does not allow a file that large"
+            ),
+        }
     }
 }
 
@@ -440,6 +584,44 @@ mod tests {
         let direct = FileDevice::open(&path, true).unwrap();
         let (_r, w) = rustix::pipe::pipe().unwrap();
         assert!(direct.read_to_pipe(w.as_fd(), 0, 4096).is_none());
+    }
+
+    #[test]
+    fn efbig_is_told_apart_with_ext4s_limit() {
+        let efbig = || io::Error::from_raw_os_error(libc::EFBIG);
+        let path = Path::new("/srv/hdd.img");
+        let e = ImageError::sizing(path, 16 << 40, efbig(), FsLimit::Ext { block: 4096 });
+        assert!(e.is_too_large());
+        let text = e.to_string();
+        assert!(
+            text.starts_with("cannot make /srv/hdd.img 16TiB: "),
+            "{text}"
+        );
+        assert!(text.contains("caps one file at 16TiB − 4KiB"), "{text}");
+        assert!(
+            std::error::Error::source(&e).is_some(),
+            "the OS error is kept"
+        );
+        let e = ImageError::sizing(path, 16 << 40, efbig(), FsLimit::Unknown);
+        assert!(e.to_string().ends_with("does not allow a file that large"));
+        let e = ImageError::sizing(
+            path,
+            1 << 30,
+            io::Error::from_raw_os_error(libc::EIO),
+            FsLimit::Unknown,
+        );
+        assert!(!e.is_too_large());
+    }
+
+    #[test]
+    fn an_image_that_cannot_be_sized_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev.img");
+        // Past i64::MAX: refused before any filesystem sees it.
+        let e = FileDevice::create_image(&path, u64::MAX).expect_err("too large for off_t");
+        assert!(matches!(e, ImageError::Size { .. }), "{e}");
+        assert!(!path.exists(), "the empty file is left behind");
+        FileDevice::create_image(&path, 4096).expect("a retry finds nothing in the way");
     }
 
     #[test]

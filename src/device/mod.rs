@@ -21,7 +21,7 @@ pub mod rados;
 mod timed;
 
 pub use fault::{FaultDevice, FaultOp, FaultRule};
-pub use file::FileDevice;
+pub use file::{FileDevice, FsLimit, ImageError};
 pub use link::{LinkEstimate, LinkMeter};
 pub use mem::MemDevice;
 pub use meter::{ClassGuard, IoClass, IoMeter, IoOp, Latencies, MeteredDevice, IO_BUCKETS};

@@ -19,7 +19,7 @@ use super::live::{ConnectionProbe, Live, META_FLUSH_EVERY};
 use super::metrics;
 use super::settings::Settings;
 use crate::config::{Config, Loaded};
-use crate::device::{BlockDevice, FileDevice};
+use crate::device::{BlockDevice, FileDevice, ImageError};
 use crate::migrate::Migrator;
 use crate::nbd::{RequestObserver, Server, ServerOptions, ServerTls, TlsFiles};
 use crate::store::{MetaStore, SledStore, StoreError};
@@ -52,9 +52,38 @@ pub enum ServiceError {
         #[source]
         source: std::io::Error,
     },
+    /// An image file could not be made; when the filesystem does not
+    /// allow a file that large, the message says what to do instead.
+    #[error("{source}{}", ImageAdvice(.source, .key))]
+    Image {
+        /// The key that sized it (`hdd-size`).
+        key: &'static str,
+        /// Why.
+        #[source]
+        source: ImageError,
+    },
     /// A state the service will not act on by itself.
     #[error("{0}")]
     Refused(String),
+}
+
+/// What to do about an image file too large for its filesystem (nothing
+/// for other failures: their cause says it).
+struct ImageAdvice<'a>(&'a ImageError, &'a str);
+
+impl std::fmt::Display for ImageAdvice<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ImageAdvice(e, key) = *self;
+        if !e.is_too_large() {
+            return Ok(());
+        }
+        write!(
+            f,
+            "; use a smaller {key} (--{key}, {var} or the configuration file's key), \
+             a block device, or a filesystem without that limit such as XFS",
+            var = crate::config::env_var(key),
+        )
+    }
 }
 
 type Result<T> = std::result::Result<T, ServiceError>;
@@ -314,6 +343,7 @@ fn check_given_sizes(loaded: &Loaded) -> Result<()> {
 pub fn format(loaded: &Loaded, force: bool) -> Result<Geometry> {
     let cfg = &loaded.config;
     check_given_sizes(loaded)?;
+    let mut missing = Vec::new();
     for t in TierPath::both(cfg) {
         if t.is_remote() || t.path.exists() {
             continue;
@@ -326,21 +356,48 @@ pub fn format(loaded: &Loaded, force: bool) -> Result<Geometry> {
                 example = t.size,
             )));
         }
-        create_image(&t.path, t.size)?;
+        missing.push(t);
     }
+    create_images(&missing)?;
     let store = open_store(cfg)?;
     format_with(cfg, store.as_ref(), force)
 }
 
-/// Create a sparse image file of `size`, and its directory.
-fn create_image(path: &Path, size: ByteSize) -> Result<()> {
+/// Create the sparse image files of `tiers`, and their directories. When
+/// one cannot be made, those made before it are removed again: trying
+/// again (with another size) then finds the data directory as it was,
+/// not a half-made volume it refuses.
+fn create_images(tiers: &[TierPath]) -> Result<()> {
+    for (i, t) in tiers.iter().enumerate() {
+        if let Err(e) = create_image(t) {
+            for made in &tiers[..i] {
+                match std::fs::remove_file(&made.path) {
+                    Ok(()) => {
+                        info!(path = %made.path.display(), "removed the image file made before the failure")
+                    }
+                    Err(re) => {
+                        warn!(path = %made.path.display(), error = %re, "cannot remove the image file made before the failure")
+                    }
+                }
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Create the sparse image file of one tier, and its directory.
+fn create_image(t: &TierPath) -> Result<()> {
+    let path = &t.path;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(io_ctx(format!("creating directory {}", dir.display())))?;
     }
-    FileDevice::create_image(path, size.0)
-        .map_err(io_ctx(format!("creating image {}", path.display())))?;
-    info!(path = %path.display(), size = %size, "created sparse image file");
+    FileDevice::create_image(path, t.size.0).map_err(|source| ServiceError::Image {
+        key: t.size_key,
+        source,
+    })?;
+    info!(path = %path.display(), size = %t.size, "created sparse image file");
     Ok(())
 }
 
@@ -380,23 +437,21 @@ fn create_default_images(cfg: &Config, require_new: bool) -> Result<()> {
         "creating data directory {}",
         cfg.data_dir.display()
     )))?;
-    for (path, size) in [
-        (cfg.ssd_path(), cfg.ssd_size),
-        (cfg.hdd_path(), cfg.hdd_size),
-    ] {
-        if path.exists() {
+    let mut missing = Vec::new();
+    for t in TierPath::both(cfg) {
+        if t.path.exists() {
             if require_new {
                 return Err(ServiceError::Refused(format!(
                     "{} exists but the volume is not formatted; tierd never formats existing devices implicitly: run `tierd format --data-dir {}` (add --force to overwrite)",
-                    path.display(),
+                    t.path.display(),
                     cfg.data_dir.display()
                 )));
             }
             continue;
         }
-        create_image(&path, size)?;
+        missing.push(t);
     }
-    Ok(())
+    create_images(&missing)
 }
 
 /// Open the configured volume. With the embedded default (no `ssd`/`hdd`
