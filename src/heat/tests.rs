@@ -383,7 +383,7 @@ fn answers_as_the_dense_map_did() {
                 let idle = cfg.idle_after.as_secs();
                 let stamp = HeatMap::stamp(now);
                 let active = sparse.active_all();
-                for e in 0..n {
+                for (e, all_says) in active.iter().enumerate() {
                     let x = e as u64;
                     assert_eq!(sparse.score(x), dense.score[e], "score {e} step {step}");
                     assert_eq!(sparse.recurrence(x), dense.rec[e], "recurrence {e}");
@@ -391,7 +391,7 @@ fn answers_as_the_dense_map_did() {
                     let l = dense.last[e];
                     let in_use = l != 0 && u64::from(stamp - l) < idle;
                     assert_eq!(sparse.is_active(x), in_use, "active {e}");
-                    assert_eq!(active[e], in_use);
+                    assert_eq!(*all_says, in_use);
                     match sparse.idle_secs(x) {
                         Some(s) => assert_eq!(s, stamp - l),
                         None => assert!(l == 0 || dense.score[e] == 0.0),
