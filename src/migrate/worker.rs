@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, error, warn};
 
 use super::bucket::TokenBucket;
+use super::candidates::{all_candidates, candidates};
 use super::knobs::MigrateConfig;
-use super::policy::{candidates, effective, plan, PlanInput};
+use super::policy::{effective, plan, PlanInput};
 use crate::device::IoClass;
 use crate::heat::HeatMap;
 use crate::units::Reason;
@@ -395,7 +396,9 @@ impl Migrator {
             return report;
         }
         let input = PlanInput {
-            candidates: candidates(vol, &self.heat),
+            // The extents that can move: what the SSD holds, what was
+            // touched, what is pinned, and, with prefetch, the busy zones.
+            candidates: candidates(vol, &self.heat, (!cfg.admission).then_some(&cfg.policy)),
             // The write log's segments are not free: random writes can fill
             // them faster than the HDD drains them (a minute or more for a
             // reserve's worth of scattered 4 KiB blocks), and the reserve
@@ -553,7 +556,14 @@ impl Migrator {
             }
         }
         let bpe = vol.geometry().blocks_per_extent();
-        let mut on: Vec<(u64, f32)> = candidates(vol, &self.heat)
+        // Off the SSD: its extents, all among the planner's candidates. Off
+        // the HDD: every extent on it, a walk of the whole map each round
+        // while it drains.
+        let all = match from {
+            Tier::Ssd => candidates(vol, &self.heat, None),
+            Tier::Hdd => all_candidates(vol, &self.heat),
+        };
+        let mut on: Vec<(u64, f32)> = all
             .into_iter()
             .filter(|c| c.tier == from)
             .map(|c| (c.extent, effective(&cfg.policy, &c, bpe)))
