@@ -151,7 +151,19 @@ pub struct Migrator {
     /// SSD slots the policy keeps free (starts at the geometry's reserve;
     /// the operator may change it live).
     reserve_target: AtomicU64,
+    /// [`ssd_changes`], and when, as pre-cleaning last looked for an SSD
+    /// extent without an HDD copy and found none. Only a write to the SSD
+    /// or a dropped shadow makes such an extent, so while the count stands
+    /// the look (a walk of the extent map) is skipped, for
+    /// [`PRECLEAN_RELOOK`] at most (a write whose count came before the
+    /// look but whose mapping came after it is found then): idle rounds
+    /// cost next to nothing.
+    preclean_none: Mutex<Option<(u64, Duration)>>,
 }
+
+/// Longest pre-cleaning trusts that it found nothing to copy while the
+/// SSD did not change (see `Migrator::preclean_none`).
+const PRECLEAN_RELOOK: Duration = Duration::from_secs(300);
 
 /// The running background thread.
 pub struct MigratorHandle {
@@ -192,6 +204,13 @@ fn read_count(vol: &Volume) -> u64 {
     Stats::get(&s.read_hits[0]) + Stats::get(&s.read_hits[1]) + Stats::get(&s.read_unmapped)
 }
 
+/// Writes to the SSD (any: foreground, the write log, copies) plus shadows
+/// dropped: what can give the SSD an extent with data and no HDD copy.
+fn ssd_changes(vol: &Volume) -> u64 {
+    let s = vol.stats();
+    Stats::get(&s.dev_writes[Tier::Ssd.index()]).wrapping_add(Stats::get(&s.shadows_dropped))
+}
+
 fn written_bytes(vol: &Volume) -> u64 {
     let s = vol.stats();
     let dev = Stats::get(&s.dev_write_bytes[0]) + Stats::get(&s.dev_write_bytes[1]);
@@ -228,6 +247,7 @@ impl Migrator {
             panics: AtomicU64::new(0),
             progress: Progress::default(),
             reserve_target: AtomicU64::new(reserve),
+            preclean_none: Mutex::new(None),
         }
     }
 
@@ -623,8 +643,22 @@ impl Migrator {
         if vol.inflight() > 0 || vol.log_usage().used > 0 || !self.hdd_free_of_users(cfg) {
             return;
         }
+        // The volume gives no copy with shadows off, or when the HDD has no
+        // slot to spare beyond the reserve's and one (`Volume::reserve_moves`,
+        // `Goal::Clean`): then there is no need to look.
+        let spare = u64::from(vol.geometry().reserve_extents.max(1));
+        if !vol.shadows_enabled() || u64::from(vol.free_slots(Tier::Hdd)) <= spare + 1 {
+            return;
+        }
+        let (changes, now) = (ssd_changes(vol), vol.clock().now());
+        if let Some((c, at)) = *self.preclean_none.lock() {
+            if c == changes && now.saturating_sub(at) < PRECLEAN_RELOOK {
+                return;
+            }
+        }
         let batch = vol.unshadowed_ssd_extents(cfg.batch.clamp(1, SPECULATIVE_BATCH));
         if batch.is_empty() {
+            *self.preclean_none.lock() = Some((changes, now));
             return;
         }
         let mut pace = |n: u64| self.pace(&self.bucket, n);
