@@ -73,8 +73,9 @@ pub struct HeatConfig {
     /// first touch until its heat has decayed away (about ten half-lives
     /// after its last touch); past the cap the coldest are forgotten at the
     /// next tick, idle extents before extents in use, lowest score first
-    /// (`HeatMap::dropped` counts them). About 100 bytes per extent touched
-    /// in the last two coverage windows and 40 per extent only decaying.
+    /// (`HeatMap::dropped` counts them). About 120 bytes per extent touched
+    /// in the last two coverage windows (1 MiB extents) and 30 to 55 per
+    /// extent whose heat only decays.
     pub max_tracked: u64,
 }
 
@@ -293,7 +294,10 @@ impl HeatMap {
             e.bits = Shard::take_place(slab, free, words);
         }
         let base = e.bits as usize * 2 * words;
-        let Some(cur) = slab.get_mut(base..base + words) else {
+        let Some((cur, prev)) = slab
+            .get_mut(base..base + 2 * words)
+            .map(|w| w.split_at_mut(words))
+        else {
             return;
         };
         let mut b = first;
@@ -306,7 +310,8 @@ impl HeatMap {
             } else {
                 ((1u64 << count) - 1) << (b % 64)
             };
-            if let Some(w) = cur.get_mut(word) {
+            if let (Some(w), Some(p)) = (cur.get_mut(word), prev.get(word)) {
+                e.coverage += (mask & !(*w | *p)).count_ones();
                 *w |= mask;
             }
             b = hi + 1;
@@ -380,8 +385,9 @@ impl HeatMap {
                         let (cur, prev) = w.split_at_mut(words);
                         prev.copy_from_slice(cur);
                         cur.fill(0);
+                        e.coverage = prev.iter().map(|w| w.count_ones()).sum();
                     }
-                    if Shard::windows_of(slab, e, words).iter().all(|w| *w == 0) {
+                    if e.coverage == 0 {
                         Shard::release(slab, free, e, words);
                     }
                 }
@@ -484,21 +490,20 @@ impl HeatMap {
     }
 
     /// `f` of an extent's entry, if the map tracks it.
-    fn with<T>(&self, extent: u64, f: impl FnOnce(&Shard, &Entry) -> T) -> Option<T> {
+    fn with<T>(&self, extent: u64, f: impl FnOnce(&Entry) -> T) -> Option<T> {
         if extent >= self.extents {
             return None;
         }
         let (shard, key) = Table::split(extent);
         let guard = self.table.lock(shard);
-        let e = guard.entries.get(&key)?;
-        Some(f(&guard, e))
+        guard.entries.get(&key).map(f)
     }
 
     /// Seconds between the last tick and the last tick at which the extent
     /// had hits (`None`: not touched since the map was made or restored, or
     /// forgotten since: its heat decayed away while it was idle).
     pub fn idle_secs(&self, extent: u64) -> Option<u32> {
-        let l = self.with(extent, |_, e| e.last)?;
+        let l = self.with(extent, |e| e.last)?;
         if l == 0 {
             return None;
         }
@@ -509,7 +514,7 @@ impl HeatMap {
     /// tick): in use. Idle extents give way to extents in use.
     pub fn is_active(&self, extent: u64) -> bool {
         let now = self.now.load(Ordering::Relaxed);
-        self.with(extent, |_, e| Self::in_use(e.last, now, self.idle_ticks()))
+        self.with(extent, |e| Self::in_use(e.last, now, self.idle_ticks()))
             .unwrap_or(false)
     }
 
@@ -543,7 +548,7 @@ impl HeatMap {
                     ExtentHeat {
                         score: e.score,
                         recurrence: e.recurrence,
-                        coverage: guard.coverage(e, self.words),
+                        coverage: e.coverage,
                         active: Self::in_use(e.last, now, idle),
                     },
                 )
@@ -558,19 +563,18 @@ impl HeatMap {
     /// after one visit however many requests it made, growing only when
     /// the extent is used again later.
     pub fn recurrence(&self, extent: u64) -> f32 {
-        self.with(extent, |_, e| e.recurrence).unwrap_or(0.0)
+        self.with(extent, |e| e.recurrence).unwrap_or(0.0)
     }
 
     /// Decayed score of an extent as of the last tick.
     pub fn score(&self, extent: u64) -> f32 {
-        self.with(extent, |_, e| e.score).unwrap_or(0.0)
+        self.with(extent, |e| e.score).unwrap_or(0.0)
     }
 
     /// Distinct blocks of an extent touched in the current and previous
     /// coverage windows.
     pub fn coverage(&self, extent: u64) -> u32 {
-        self.with(extent, |s, e| s.coverage(e, self.words))
-            .unwrap_or(0)
+        self.with(extent, |e| e.coverage).unwrap_or(0)
     }
 
     /// Forget an extent's heat (it was trimmed away): its hits, score,

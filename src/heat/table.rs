@@ -4,12 +4,12 @@
 //! The table is split into [`SHARDS`] shards by the extent's low bits (so
 //! neighbouring extents, which one request or one stream touches in turn,
 //! take different locks), each a short `Mutex` around a hash map from the
-//! extent's remaining bits (a `u32`) to an [`Entry`] of 20 bytes. The
+//! extent's remaining bits (a `u32`) to an [`Entry`] of 24 bytes. The
 //! block-coverage bitmaps live apart, in a per-shard slab of `2 * words`
 //! words per entry (current window, then the previous one), which an entry
 //! holds only while one of its windows has a touched block: an extent whose
-//! coverage expired keeps its score in 24 bytes of map slot until the score
-//! has decayed away, and is then dropped. Freed slab places are reused
+//! coverage expired keeps its score in a map slot of 28 bytes until the
+//! score has decayed away, and is then dropped. Freed slab places are reused
 //! before the slab grows, so a steady working set allocates nothing.
 
 use std::collections::HashMap;
@@ -38,6 +38,9 @@ pub(super) struct Entry {
     pub last: u32,
     /// Index of the entry's bitmaps in its shard's slab, or [`NO_BITS`].
     pub bits: u32,
+    /// Distinct blocks set in the two windows (kept as they change, so
+    /// reading it never touches the slab).
+    pub coverage: u32,
 }
 
 impl Entry {
@@ -47,6 +50,7 @@ impl Entry {
         recurrence: 0.0,
         last: 0,
         bits: NO_BITS,
+        coverage: 0,
     };
 }
 
@@ -101,8 +105,9 @@ impl Shard {
     }
 
     /// Give an entry's place back (zeroing it) and mark the entry as
-    /// holding none.
+    /// holding none (and so no coverage).
     pub(super) fn release(slab: &mut [u64], free: &mut Vec<u32>, e: &mut Entry, words: usize) {
+        e.coverage = 0;
         if e.bits != NO_BITS {
             let base = e.bits as usize * 2 * words;
             if let Some(w) = slab.get_mut(base..base + 2 * words) {
@@ -114,27 +119,13 @@ impl Shard {
     }
 
     /// Both windows of an entry's bitmaps (empty without a place).
-    pub(super) fn windows<'a>(&'a self, e: &Entry, words: usize) -> &'a [u64] {
-        Self::windows_of(&self.slab, e, words)
-    }
-
-    /// [`Shard::windows`] in a slab borrowed apart from its shard.
-    pub(super) fn windows_of<'a>(slab: &'a [u64], e: &Entry, words: usize) -> &'a [u64] {
+    #[cfg(test)]
+    pub(super) fn windows(&self, e: &Entry, words: usize) -> &[u64] {
         if e.bits == NO_BITS {
             return &[];
         }
         let base = e.bits as usize * 2 * words;
-        slab.get(base..base + 2 * words).unwrap_or(&[])
-    }
-
-    /// Distinct blocks touched in an entry's two windows.
-    pub(super) fn coverage(&self, e: &Entry, words: usize) -> u32 {
-        let w = self.windows(e, words);
-        let (cur, prev) = w.split_at(w.len() / 2);
-        cur.iter()
-            .zip(prev)
-            .map(|(c, p)| (c | p).count_ones())
-            .sum()
+        self.slab.get(base..base + 2 * words).unwrap_or(&[])
     }
 
     /// Give memory back after the table shrank a lot (a burst of touches
