@@ -5,10 +5,12 @@
 //! An extent on the HDD that nobody touched recently has score, recurrence
 //! and coverage 0 and is idle: no promotion rule takes it, unless a pin
 //! puts it on the SSD or its zone is busy (neighbourhood prefetch). So the
-//! candidates are the SSD's extents, the mapped extents the heat map
-//! tracks, the mapped extents pinned to the SSD, and the mapped extents of
-//! busy zones, and the plan made from them is the plan every mapped
-//! extent would give. [`all_candidates`] still lists every mapped extent,
+//! candidates are the SSD's extents, the mapped extents pinned to the SSD,
+//! the mapped extents the heat map tracks as covered or in use (one whose
+//! heat only decays has effective heat 0: only a promotion score of 0
+//! takes it, and then all tracked extents are in), and the mapped extents
+//! of busy zones; the plan made from them is the plan every mapped extent
+//! would give. [`all_candidates`] still lists every mapped extent,
 //! for operator requests that want them all (`tierctl top`, draining the
 //! HDD).
 
@@ -54,12 +56,15 @@ fn ssd_pinned(pins: &[Pin], extents: u64) -> Vec<Range<u64>> {
         .collect()
 }
 
-/// The planner's candidates: every extent on the SSD, and the mapped
-/// extents touched recently (tracked by `heat`), pinned to the SSD, or —
-/// with `prefetch`'s `zone-extents` above 0 — in a busy zone; in extent
-/// order. Costs the SSD's extents, the heat map's entries, the pinned
-/// extents and the busy zones, never the volume's size.
-pub fn candidates(vol: &Volume, heat: &HeatMap, prefetch: Option<&PolicyConfig>) -> Vec<Candidate> {
+/// The planner's candidates, in extent order: every extent on the SSD, and
+/// the mapped extents pinned to the SSD or touched recently (covered in the
+/// coverage windows, or in use). With `policy`, also those of its busy
+/// zones (`zone-extents` above 0), and, with a `promote-min-score` of 0,
+/// every mapped extent heat tracks (one whose coverage expired has
+/// effective heat 0, which only such a score promotes). Costs the SSD's
+/// extents, the heat map's entries, the pinned extents and the busy zones,
+/// never the volume's size.
+pub fn candidates(vol: &Volume, heat: &HeatMap, policy: Option<&PolicyConfig>) -> Vec<Candidate> {
     let pins = vol.pins();
     let blocks = vol.geometry().blocks_per_extent();
     let extents = vol.geometry().logical_extents();
@@ -80,20 +85,25 @@ pub fn candidates(vol: &Volume, heat: &HeatMap, prefetch: Option<&PolicyConfig>)
         vol.mapping(e)
             .map(|m| candidate(e, m.loc, m.shadow_clean(blocks), heat_of(e), &pins))
     };
+    // Off the SSD, an extent neither covered nor in use has effective heat
+    // 0 and no part in its zone's activity: most entries, whose heat is
+    // only decaying, need no look at the map.
+    let any_heat = policy.is_some_and(|c| c.promote_min_score <= 0.0);
+    let wanted = |h: &ExtentHeat| any_heat || h.coverage > 0 || h.active;
     out.extend(
         touched
             .iter()
-            .filter(|(e, _)| !on_ssd(*e))
+            .filter(|(e, h)| wanted(h) && !on_ssd(*e))
             .filter_map(|(e, _)| mapped(*e)),
     );
     for r in ssd_pinned(&pins, extents) {
         out.extend(
-            r.filter(|e| !on_ssd(*e) && heat_of(*e).is_none())
+            r.filter(|e| !on_ssd(*e) && !heat_of(*e).is_some_and(wanted))
                 .filter_map(mapped),
         );
     }
     out.sort_unstable_by_key(|c| c.extent);
-    if let Some(cfg) = prefetch.filter(|c| c.zone_extents > 0) {
+    if let Some(cfg) = policy.filter(|c| c.zone_extents > 0) {
         // The zones follow from the touched extents alone, all of which are
         // in by now; the untouched extents of the busy ones join them.
         let zones = Zones::find(cfg, &out);
@@ -218,10 +228,15 @@ mod tests {
             if second < 130 || second % 5 != 4 {
                 continue;
             }
+            let any_score = PolicyConfig {
+                promote_min_score: 0.0,
+                ..zoned
+            };
             for (cfg, admission) in [
                 (zoned, false),
                 (PolicyConfig::default(), false),
                 (zoned, true),
+                (any_score, false),
             ] {
                 let some = candidates(&vol, &heat, (!admission).then_some(&cfg));
                 let all = all_candidates(&vol, &heat);
@@ -257,6 +272,63 @@ mod tests {
             }
         }
         assert!(compared > 10, "plans that move something: {compared}");
+    }
+
+    /// An extent whose coverage expired has effective heat 0: left out,
+    /// unless a promotion score of 0 could take it.
+    #[test]
+    fn extents_only_decaying_are_in_only_for_a_promotion_score_of_zero() {
+        let clock = Arc::new(ManualClock::new());
+        let vol = volume(&clock);
+        let heat = vol.heat();
+        let data = vec![7u8; 4096];
+        for e in 0..100 {
+            vol.write(e * EXTENT, &data, false).unwrap();
+        }
+        // Room on the SSD.
+        vol.discard(0, 30 * EXTENT, false, false, false).unwrap();
+        vol.flush().unwrap();
+        let hdd = (30..100)
+            .find(|e| vol.mapping(*e).is_some_and(|m| m.loc.tier == Tier::Hdd))
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        for _ in 0..40 {
+            vol.read(hdd * EXTENT, &mut buf).unwrap();
+            clock.advance(Duration::from_secs(1));
+            heat.tick(vol.clock().now());
+        }
+        // Twenty-five seconds later: coverage gone, idle, still coming back.
+        for _ in 0..25 {
+            clock.advance(Duration::from_secs(1));
+            heat.tick(vol.clock().now());
+        }
+        assert_eq!((heat.coverage(hdd), heat.is_active(hdd)), (0, false));
+        assert!(heat.recurrence(hdd) >= 1.9 && heat.score(hdd) > 0.0);
+        let input = |candidates| PlanInput {
+            candidates,
+            ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
+            reserve: 4,
+            blocks_per_extent: vol.geometry().blocks_per_extent(),
+            group: 4,
+            protect: 0,
+            shadows: true,
+            admission: false,
+        };
+        let any = PolicyConfig {
+            promote_min_score: 0.0,
+            ..PolicyConfig::default()
+        };
+        let want = plan(&any, &input(all_candidates(&vol, &heat)));
+        assert!(want.iter().any(|m| m.extent == hdd && m.to == Tier::Ssd));
+        assert_eq!(
+            plan(&any, &input(candidates(&vol, &heat, Some(&any)))),
+            want
+        );
+        let cfg = PolicyConfig::default();
+        let some = candidates(&vol, &heat, Some(&cfg));
+        assert!(some.iter().all(|c| c.extent != hdd));
+        let want = plan(&cfg, &input(all_candidates(&vol, &heat)));
+        assert_eq!(plan(&cfg, &input(some)), want);
     }
 
     #[test]
