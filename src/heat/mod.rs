@@ -360,7 +360,6 @@ impl HeatMap {
         if rotate {
             t.last_rotation = now;
         }
-        self.now.store(stamp, Ordering::Relaxed);
         let idle = self.idle_ticks();
         let words = self.words;
         let mut removed = 0usize;
@@ -403,6 +402,10 @@ impl HeatMap {
             guard.shrink(words);
         }
         self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        // The new time only once every entry is folded: a reader meanwhile
+        // sees an entry's fresh touch as in use, never a pending one as
+        // idle.
+        self.now.store(stamp, Ordering::Relaxed);
         drop(t);
         if self.tracked() > self.max_tracked {
             self.trim(self.max_tracked);
