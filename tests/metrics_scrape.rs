@@ -266,6 +266,8 @@ fn counters_follow_real_io() {
         "tierd_migration_more_waiting",
         "tierd_migration_backing_off",
         "tierd_active_bytes",
+        "tierd_heat_tracked_extents",
+        "tierd_heat_dropped_total",
         "tierd_read_unmapped_bytes_total",
         "tierd_zero_copy_reads_total",
         "tierd_zero_copy_read_bytes_total",

@@ -362,6 +362,14 @@ pub struct WorkingSetStatus {
     pub ssd_usable_bytes: u64,
     /// `hot_bytes` fit in `ssd_usable_bytes`.
     pub fits: bool,
+    /// Extents whose heat is kept now (touched recently; at most
+    /// `heat.max-tracked`).
+    #[serde(default)]
+    pub heat_tracked_extents: u64,
+    /// Extents whose heat was dropped, or never kept, because the heat
+    /// table was full, since start.
+    #[serde(default)]
+    pub heat_dropped: u64,
 }
 
 /// Whether the daemon needs an operator, in [`Status`].

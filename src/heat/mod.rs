@@ -1,14 +1,24 @@
 //! Heat: how often, and how densely, each extent is used.
 //!
-//! On the I/O path recording costs a few relaxed atomic operations and no
-//! allocation or lock: one `fetch_add` on the extent's hit counter and one
-//! `fetch_or` per 64 blocks on its touched-block bitmap. A periodic
-//! [`HeatMap::tick`] folds the hit counters into an exponentially decaying
-//! score (configurable half-life) and ages the block bitmaps, so the policy
-//! sees, per extent, a score and a *coverage*: how many distinct 4 KiB blocks
-//! were touched in the last one or two windows. Dense activity (many blocks)
-//! predicts more reads nearby; one stray hot block does not earn an extent a
-//! place on the SSD.
+//! Memory and work follow the extents in use, not the volume's size: the
+//! map keeps state only for the extents touched within its horizon (a
+//! sparse table, [`table`]), and an extent whose score and recurrence have
+//! decayed to zero, whose coverage windows are empty and which is idle is
+//! forgotten at the next tick; an extent the map does not track reads as
+//! never touched (score, recurrence and coverage 0, not in use). A cap
+//! ([`HeatConfig::max_tracked`]) bounds the table: at a tick that finds more
+//! entries than the cap, the coldest are dropped (see [`HeatMap::tick`]).
+//!
+//! On the I/O path recording costs, per extent a request touches, one short
+//! lock of one of 64 shards, a hash lookup and a few bit operations; it
+//! allocates only at an extent's first touch (or its first touch after its
+//! coverage windows expired). A periodic [`HeatMap::tick`], whose cost
+//! follows the entries in the table, folds the requests into an
+//! exponentially decaying score (configurable half-life) and ages the block
+//! bitmaps, so the policy sees, per extent, a score and a *coverage*: how
+//! many distinct 4 KiB blocks were touched in the last one or two windows.
+//! Dense activity (many blocks) predicts more reads nearby; one stray hot
+//! block does not earn an extent a place on the SSD.
 //!
 //! It also keeps, per extent, when it was last touched (to the tick): an
 //! extent untouched for [`HeatConfig::idle_after`] is *idle*, and idle data
@@ -22,7 +32,8 @@
 //! a scan must not flush the SSD; [`stream`] works out, per connection,
 //! which requests belong to such a stream.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::collections::hash_map;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -31,9 +42,11 @@ use serde::{Deserialize, Serialize};
 use crate::units::{ByteSize, InvalidKey};
 
 pub mod stream;
+mod table;
 
 use crate::units::IoHint;
 pub use stream::{StreamDetector, VolumeStreams};
+use table::{Entry, Shard, Table, NO_BITS};
 
 /// Heat knobs: the `[heat]` table of the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -56,7 +69,20 @@ pub struct HeatConfig {
     /// extent in use, and its zone no longer counts as in use.
     #[serde(with = "crate::units::duration_secs")]
     pub idle_after: Duration,
+    /// Extents whose heat is kept at most. An extent is tracked from its
+    /// first touch until its heat has decayed away (about ten half-lives
+    /// after its last touch); past the cap the coldest are forgotten at the
+    /// next tick, idle extents before extents in use, lowest score first
+    /// (`HeatMap::dropped` counts them). About 120 bytes per extent touched
+    /// in the last two coverage windows (1 MiB extents) and 30 to 55 per
+    /// extent whose heat only decays.
+    pub max_tracked: u64,
 }
+
+/// The default of [`HeatConfig::max_tracked`]: 4 Mi extents, 4 TiB of
+/// 1 MiB extents touched within a score's lifetime (minutes), more than an
+/// SSD of a few TiB holds plus what an HDD's random reads reach meanwhile.
+pub const DEFAULT_MAX_TRACKED: u64 = 4 << 20;
 
 impl Default for HeatConfig {
     fn default() -> Self {
@@ -66,6 +92,7 @@ impl Default for HeatConfig {
             coverage_window: Duration::from_secs(60),
             sequential_cutoff: ByteSize(4 << 20),
             idle_after: Duration::from_secs(10),
+            max_tracked: DEFAULT_MAX_TRACKED,
         }
     }
 }
@@ -86,38 +113,58 @@ impl HeatConfig {
                 ));
             }
         }
+        if !(1..=1 << 32).contains(&self.max_tracked) {
+            return Err(InvalidKey::new(
+                "heat.max-tracked",
+                "must be between 1 and 4294967296 extents",
+            ));
+        }
         Ok(())
     }
 }
 
-/// Per-extent heat of a whole volume.
+/// One tracked extent's heat, as [`HeatMap::touched`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExtentHeat {
+    /// Decayed score as of the last tick ([`HeatMap::score`]).
+    pub score: f32,
+    /// Decayed count of the distinct seconds with hits
+    /// ([`HeatMap::recurrence`]).
+    pub recurrence: f32,
+    /// Distinct blocks touched in the coverage windows
+    /// ([`HeatMap::coverage`]).
+    pub coverage: u32,
+    /// Touched within `idle-after` as of the last tick
+    /// ([`HeatMap::is_active`]).
+    pub active: bool,
+}
+
+/// Per-extent heat of a whole volume, kept for the extents in use.
 pub struct HeatMap {
     cfg: HeatConfig,
     /// The sequential cutoff in force (bytes); starts at the
     /// configuration's and may change live.
     cutoff: AtomicU64,
-    /// Requests since the last tick, per extent.
-    hits: Box<[AtomicU32]>,
-    /// Decayed score per extent, as f32 bits (written by `tick` only).
-    scores: Box<[AtomicU32]>,
-    /// Decayed count of the distinct seconds with hits, per extent, as f32
-    /// bits (written by `tick` only): how often the extent came back, not
-    /// how many requests one visit made.
-    recurrence: Box<[AtomicU32]>,
-    /// Touched-block bitmaps: `words` per extent, current window.
-    cur: Box<[AtomicU64]>,
-    /// The previous window.
-    prev: Box<[AtomicU64]>,
-    /// Tick (whole seconds since `origin`, plus one) at which each extent's
-    /// hits were last folded in; 0: not touched since the map was made.
-    last: Box<[AtomicU32]>,
+    /// The entries.
+    table: Table,
+    /// Extents of the volume: touches past its end are ignored.
+    extents: u64,
+    /// Bitmap words per coverage window of one extent.
     words: usize,
     block_size: u64,
     extent_size: u64,
+    /// Entries kept after a tick at most.
+    max_tracked: usize,
+    /// Entries in the table.
+    tracked: AtomicUsize,
+    /// Entries dropped, or not made, because the table was full.
+    dropped: AtomicU64,
     /// Requests that earned no heat because they were sequential.
     bypassed: AtomicU64,
     /// Ticks so far.
     ticks: AtomicU64,
+    /// Stamp of the last tick (whole seconds since `origin`, plus one).
+    now: AtomicU32,
     times: Mutex<Times>,
 }
 
@@ -130,9 +177,20 @@ struct Times {
 /// A saved score.
 type Saved = (u32, f32);
 
+/// `old` decayed, plus `add`; tiny results are zero (so entries expire).
+fn fold(old: f32, add: f32, decay: f32) -> f32 {
+    let new = old * decay + add;
+    if new < 1e-3 {
+        0.0
+    } else {
+        new
+    }
+}
+
 impl HeatMap {
     /// Heat for `extents` extents of `extent_size` bytes tracked per
-    /// `block_size` block, starting at time `now`.
+    /// `block_size` block, starting at time `now`. Costs nothing per
+    /// extent: entries are made as extents are touched.
     pub fn new(
         cfg: HeatConfig,
         extents: u64,
@@ -140,24 +198,22 @@ impl HeatMap {
         block_size: u64,
         now: Duration,
     ) -> Self {
-        let words = ((extent_size / block_size) as usize).div_ceil(64);
-        let n = extents as usize;
-        let atomics32 = |n: usize| (0..n).map(|_| AtomicU32::new(0)).collect::<Box<[_]>>();
-        let atomics64 = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[_]>>();
+        let block_size = block_size.max(1);
+        let words = ((extent_size / block_size) as usize).div_ceil(64).max(1);
         HeatMap {
             cutoff: AtomicU64::new(cfg.sequential_cutoff.0),
+            max_tracked: usize::try_from(cfg.max_tracked.max(1)).unwrap_or(usize::MAX),
             cfg,
-            hits: atomics32(n),
-            scores: atomics32(n),
-            recurrence: atomics32(n),
-            cur: atomics64(n * words),
-            prev: atomics64(n * words),
-            last: atomics32(n),
+            table: Table::new(),
+            extents,
             words,
             block_size,
-            extent_size,
+            extent_size: extent_size.max(1),
+            tracked: AtomicUsize::new(0),
+            dropped: AtomicU64::new(0),
             bypassed: AtomicU64::new(0),
             ticks: AtomicU64::new(0),
+            now: AtomicU32::new(Self::stamp(Duration::ZERO)),
             times: Mutex::new(Times {
                 origin: now,
                 last_tick: now,
@@ -197,40 +253,101 @@ impl HeatMap {
             self.bypassed.fetch_add(1, Ordering::Relaxed);
             return false;
         }
-        let end = offset + len;
+        let es = self.extent_size;
+        let end = offset.saturating_add(len);
         let mut pos = offset;
         while pos < end {
-            let extent = (pos / self.extent_size) as usize;
-            let ext_end = ((extent as u64) + 1) * self.extent_size;
-            let stop = end.min(ext_end);
-            if let Some(h) = self.hits.get(extent) {
-                h.fetch_add(1, Ordering::Relaxed);
+            let extent = pos / es;
+            let stop = end.min((extent + 1).saturating_mul(es));
+            if extent >= self.extents {
+                break;
             }
-            let first = (pos % self.extent_size) / self.block_size;
-            let last = (stop - 1) % self.extent_size / self.block_size;
-            let base = extent * self.words;
-            let mut b = first;
-            while b <= last {
-                let word = (b / 64) as usize;
-                let hi = last.min((word as u64) * 64 + 63);
-                let count = hi - b + 1;
-                let mask = if count == 64 {
-                    u64::MAX
-                } else {
-                    ((1u64 << count) - 1) << (b % 64)
-                };
-                if let Some(w) = self.cur.get(base + word) {
-                    w.fetch_or(mask, Ordering::Relaxed);
-                }
-                b = hi + 1;
-            }
+            let first = (pos % es) / self.block_size;
+            let last = (stop - 1) % es / self.block_size;
+            self.touch(extent, first, last);
             pos = stop;
         }
         true
     }
 
+    /// One request's hit on `extent`, blocks `first..=last`.
+    fn touch(&self, extent: u64, first: u64, last: u64) {
+        let words = self.words;
+        let (shard, key) = Table::split(extent);
+        let mut guard = self.table.lock(shard);
+        let Shard {
+            entries,
+            slab,
+            free,
+        } = &mut *guard;
+        let e = match entries.entry(key) {
+            hash_map::Entry::Occupied(o) => o.into_mut(),
+            hash_map::Entry::Vacant(v) => {
+                if !self.make_room() {
+                    return;
+                }
+                v.insert(Entry::EMPTY)
+            }
+        };
+        e.hits = e.hits.saturating_add(1);
+        if e.bits == NO_BITS {
+            e.bits = Shard::take_place(slab, free, words);
+        }
+        let base = e.bits as usize * 2 * words;
+        let Some((cur, prev)) = slab
+            .get_mut(base..base + 2 * words)
+            .map(|w| w.split_at_mut(words))
+        else {
+            return;
+        };
+        let mut b = first;
+        while b <= last {
+            let word = (b / 64) as usize;
+            let hi = last.min((word as u64) * 64 + 63);
+            let count = hi - b + 1;
+            let mask = if count == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << count) - 1) << (b % 64)
+            };
+            if let (Some(w), Some(p)) = (cur.get_mut(word), prev.get(word)) {
+                e.coverage += (mask & !(*w | *p)).count_ones();
+                *w |= mask;
+            }
+            b = hi + 1;
+        }
+    }
+
+    /// Count a new entry in, unless the table is past its cap by more than
+    /// an eighth (it is trimmed to the cap at each tick; between ticks a
+    /// new extent may overshoot it that far): then the touch is not
+    /// tracked, and counted as dropped.
+    fn make_room(&self) -> bool {
+        let hard = self.max_tracked.saturating_add(self.max_tracked / 8);
+        if self.tracked.load(Ordering::Relaxed) >= hard {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.tracked.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Ticks since the last touch within which an extent is in use.
+    fn idle_ticks(&self) -> u64 {
+        self.cfg.idle_after.as_secs().max(1)
+    }
+
+    fn in_use(last: u32, now: u32, idle: u64) -> bool {
+        last != 0 && u64::from(now.saturating_sub(last)) < idle
+    }
+
     /// Fold hits into scores with the decay for the time since the last
-    /// tick, and rotate coverage windows when due.
+    /// tick, and rotate coverage windows when due. Costs one pass over the
+    /// table's entries, which drops those with nothing left: score and
+    /// recurrence decayed to zero, both coverage windows empty, idle. If
+    /// more than `max-tracked` entries remain, the coldest are dropped down
+    /// to the cap: idle entries before entries in use, then the lowest
+    /// score, then the lowest recurrence, then the highest extent.
     pub fn tick(&self, now: Duration) {
         let mut t = self.times.lock();
         let elapsed = now.saturating_sub(t.last_tick);
@@ -239,42 +356,113 @@ impl HeatMap {
             0.5f64.powf(elapsed.as_secs_f64() / self.cfg.half_life.as_secs_f64().max(1e-9)) as f32;
         let stamp = Self::stamp(now.saturating_sub(t.origin));
         self.ticks.fetch_add(1, Ordering::Relaxed);
-        for (((h, s), r), l) in self
-            .hits
-            .iter()
-            .zip(self.scores.iter())
-            .zip(self.recurrence.iter())
-            .zip(self.last.iter())
-        {
-            let hits = h.swap(0, Ordering::Relaxed);
-            // A second with hits that the extent had none in before: it
-            // came back (ticks may come faster than one a second).
-            let back = hits > 0 && l.swap(stamp, Ordering::Relaxed) != stamp;
-            let old = f32::from_bits(s.load(Ordering::Relaxed));
-            let old_r = f32::from_bits(r.load(Ordering::Relaxed));
-            if hits == 0 && old == 0.0 && old_r == 0.0 {
-                continue;
-            }
-            let fold = |old: f32, add: f32| {
-                let new = old * decay + add;
-                if new < 1e-3 {
-                    0.0
-                } else {
-                    new
-                }
-            };
-            s.store(fold(old, hits as f32).to_bits(), Ordering::Relaxed);
-            r.store(
-                fold(old_r, if back { 1.0 } else { 0.0 }).to_bits(),
-                Ordering::Relaxed,
-            );
-        }
-        if now.saturating_sub(t.last_rotation) >= self.cfg.coverage_window {
+        let rotate = now.saturating_sub(t.last_rotation) >= self.cfg.coverage_window;
+        if rotate {
             t.last_rotation = now;
-            for (c, p) in self.cur.iter().zip(self.prev.iter()) {
-                p.store(c.swap(0, Ordering::Relaxed), Ordering::Relaxed);
+        }
+        let idle = self.idle_ticks();
+        let words = self.words;
+        let mut removed = 0usize;
+        for (_, mut guard) in self.table.each() {
+            let Shard {
+                entries,
+                slab,
+                free,
+            } = &mut *guard;
+            entries.retain(|_, e| {
+                let hits = std::mem::take(&mut e.hits);
+                // A second with hits that the extent had none in before: it
+                // came back (ticks may come faster than one a second).
+                let back = hits > 0 && std::mem::replace(&mut e.last, stamp) != stamp;
+                if hits > 0 || e.score != 0.0 || e.recurrence != 0.0 {
+                    e.score = fold(e.score, hits as f32, decay);
+                    e.recurrence = fold(e.recurrence, if back { 1.0 } else { 0.0 }, decay);
+                }
+                if rotate && e.bits != NO_BITS {
+                    let base = e.bits as usize * 2 * words;
+                    if let Some(w) = slab.get_mut(base..base + 2 * words) {
+                        let (cur, prev) = w.split_at_mut(words);
+                        prev.copy_from_slice(cur);
+                        cur.fill(0);
+                        e.coverage = prev.iter().map(|w| w.count_ones()).sum();
+                    }
+                    if e.coverage == 0 {
+                        Shard::release(slab, free, e, words);
+                    }
+                }
+                let keep = e.score != 0.0
+                    || e.recurrence != 0.0
+                    || e.bits != NO_BITS
+                    || Self::in_use(e.last, stamp, idle);
+                if !keep {
+                    removed += 1;
+                }
+                keep
+            });
+            guard.shrink(words);
+        }
+        self.tracked.fetch_sub(removed, Ordering::Relaxed);
+        // The new time only once every entry is folded: a reader meanwhile
+        // sees an entry's fresh touch as in use, never a pending one as
+        // idle.
+        self.now.store(stamp, Ordering::Relaxed);
+        drop(t);
+        if self.tracked() > self.max_tracked {
+            self.trim(self.max_tracked);
+        }
+    }
+
+    /// Drop the coldest entries until at most `cap` remain (the order is
+    /// [`HeatMap::tick`]'s); entries touched since the last tick stay.
+    fn trim(&self, cap: usize) {
+        let now = self.now.load(Ordering::Relaxed);
+        let idle = self.idle_ticks();
+        let mut all: Vec<(bool, f32, f32, u64)> = Vec::with_capacity(self.tracked());
+        for (shard, guard) in self.table.each() {
+            all.extend(guard.entries.iter().map(|(k, e)| {
+                (
+                    Self::in_use(e.last, now, idle),
+                    e.score,
+                    e.recurrence,
+                    Table::join(shard, *k),
+                )
+            }));
+        }
+        let n = all.len().saturating_sub(cap);
+        if n == 0 {
+            return;
+        }
+        let colder = |a: &(bool, f32, f32, u64), b: &(bool, f32, f32, u64)| {
+            a.0.cmp(&b.0)
+                .then(a.1.total_cmp(&b.1))
+                .then(a.2.total_cmp(&b.2))
+                .then(b.3.cmp(&a.3))
+        };
+        all.select_nth_unstable_by(n - 1, colder);
+        all.truncate(n);
+        all.sort_unstable_by_key(|x| Table::split(x.3));
+        let words = self.words;
+        let mut dropped = 0;
+        for group in all.chunk_by(|a, b| Table::split(a.3).0 == Table::split(b.3).0) {
+            let Some(first) = group.first() else { continue };
+            let mut guard = self.table.lock(Table::split(first.3).0);
+            let Shard {
+                entries,
+                slab,
+                free,
+            } = &mut *guard;
+            for x in group {
+                let key = Table::split(x.3).1;
+                if entries.get(&key).is_some_and(|e| e.hits == 0) {
+                    if let Some(mut e) = entries.remove(&key) {
+                        Shard::release(slab, free, &mut e, words);
+                        dropped += 1;
+                    }
+                }
             }
         }
+        self.tracked.fetch_sub(dropped, Ordering::Relaxed);
+        self.dropped.fetch_add(dropped as u64, Ordering::Relaxed);
     }
 
     /// Ticks so far (each one may change which extents are idle).
@@ -288,33 +476,89 @@ impl HeatMap {
             .saturating_add(1)
     }
 
+    /// Extents whose heat the map keeps now.
+    pub fn tracked(&self) -> usize {
+        self.tracked.load(Ordering::Relaxed)
+    }
+
+    /// Extents whose heat was dropped, or never kept, because the table
+    /// was full (`heat.max-tracked`), since the map was made.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the table holds (entries, bitmaps, spare capacity).
+    pub fn memory_bytes(&self) -> usize {
+        self.table.each().map(|(_, s)| s.bytes()).sum()
+    }
+
+    /// `f` of an extent's entry, if the map tracks it.
+    fn with<T>(&self, extent: u64, f: impl FnOnce(&Entry) -> T) -> Option<T> {
+        if extent >= self.extents {
+            return None;
+        }
+        let (shard, key) = Table::split(extent);
+        let guard = self.table.lock(shard);
+        guard.entries.get(&key).map(f)
+    }
+
     /// Seconds between the last tick and the last tick at which the extent
-    /// had hits (`None`: not touched since the map was made or restored).
+    /// had hits (`None`: not touched since the map was made or restored, or
+    /// forgotten since: its heat decayed away while it was idle).
     pub fn idle_secs(&self, extent: u64) -> Option<u32> {
-        let l = self.last.get(extent as usize)?.load(Ordering::Relaxed);
+        let l = self.with(extent, |e| e.last)?;
         if l == 0 {
             return None;
         }
-        let t = self.times.lock();
-        Some(Self::stamp(t.last_tick.saturating_sub(t.origin)).saturating_sub(l))
+        Some(self.now.load(Ordering::Relaxed).saturating_sub(l))
     }
 
-    /// For every extent, whether it was touched within `idle-after` (as of
-    /// the last tick): in use. Idle extents give way to extents in use. One
-    /// lock for the whole snapshot.
+    /// Whether an extent was touched within `idle-after` (as of the last
+    /// tick): in use. Idle extents give way to extents in use.
+    pub fn is_active(&self, extent: u64) -> bool {
+        let now = self.now.load(Ordering::Relaxed);
+        self.with(extent, |e| Self::in_use(e.last, now, self.idle_ticks()))
+            .unwrap_or(false)
+    }
+
+    /// For every extent of the volume, [`HeatMap::is_active`]: a vector as
+    /// long as the volume, for callers that walk every extent anyway;
+    /// others use [`HeatMap::touched`] or [`HeatMap::is_active`].
     pub fn active_all(&self) -> Vec<bool> {
-        let now = {
-            let t = self.times.lock();
-            Self::stamp(t.last_tick.saturating_sub(t.origin))
-        };
-        let idle = self.cfg.idle_after.as_secs().max(1);
-        self.last
-            .iter()
-            .map(|l| {
-                let l = l.load(Ordering::Relaxed);
-                l != 0 && u64::from(now.saturating_sub(l)) < idle
-            })
-            .collect()
+        let mut out = vec![false; usize::try_from(self.extents).unwrap_or(0)];
+        for (e, h) in self.touched() {
+            if h.active {
+                if let Some(x) = out.get_mut(e as usize) {
+                    *x = true;
+                }
+            }
+        }
+        out
+    }
+
+    /// Every extent the map tracks, in extent order, with its heat as of
+    /// the last tick (an extent not listed has none: score, recurrence and
+    /// coverage 0, idle). Costs a pass over the entries, one shard lock at
+    /// a time.
+    pub fn touched(&self) -> Vec<(u64, ExtentHeat)> {
+        let now = self.now.load(Ordering::Relaxed);
+        let idle = self.idle_ticks();
+        let mut out = Vec::with_capacity(self.tracked());
+        for (shard, guard) in self.table.each() {
+            out.extend(guard.entries.iter().map(|(k, e)| {
+                (
+                    Table::join(shard, *k),
+                    ExtentHeat {
+                        score: e.score,
+                        recurrence: e.recurrence,
+                        coverage: e.coverage,
+                        active: Self::in_use(e.last, now, idle),
+                    },
+                )
+            }));
+        }
+        out.sort_unstable_by_key(|(e, _)| *e);
+        out
     }
 
     /// Decayed count of the distinct seconds in which an extent was
@@ -322,59 +566,44 @@ impl HeatMap {
     /// after one visit however many requests it made, growing only when
     /// the extent is used again later.
     pub fn recurrence(&self, extent: u64) -> f32 {
-        self.recurrence
-            .get(extent as usize)
-            .map(|s| f32::from_bits(s.load(Ordering::Relaxed)))
-            .unwrap_or(0.0)
+        self.with(extent, |e| e.recurrence).unwrap_or(0.0)
     }
 
     /// Decayed score of an extent as of the last tick.
     pub fn score(&self, extent: u64) -> f32 {
-        self.scores
-            .get(extent as usize)
-            .map(|s| f32::from_bits(s.load(Ordering::Relaxed)))
-            .unwrap_or(0.0)
+        self.with(extent, |e| e.score).unwrap_or(0.0)
     }
 
     /// Distinct blocks of an extent touched in the current and previous
     /// coverage windows.
     pub fn coverage(&self, extent: u64) -> u32 {
-        let base = extent as usize * self.words;
-        (0..self.words)
-            .map(|i| {
-                let c = self
-                    .cur
-                    .get(base + i)
-                    .map(|w| w.load(Ordering::Relaxed))
-                    .unwrap_or(0);
-                let p = self
-                    .prev
-                    .get(base + i)
-                    .map(|w| w.load(Ordering::Relaxed))
-                    .unwrap_or(0);
-                (c | p).count_ones()
-            })
-            .sum()
+        self.with(extent, |e| e.coverage).unwrap_or(0)
     }
 
-    /// Forget an extent's heat (it was trimmed away).
+    /// Forget an extent's heat (it was trimmed away): its hits, score,
+    /// coverage and last touch. Its recurrence stays to decay as before
+    /// (the entry goes once it has).
     pub fn clear(&self, extent: u64) {
-        let i = extent as usize;
-        if let (Some(h), Some(s)) = (self.hits.get(i), self.scores.get(i)) {
-            h.store(0, Ordering::Relaxed);
-            s.store(0, Ordering::Relaxed);
+        if extent >= self.extents {
+            return;
         }
-        if let Some(l) = self.last.get(i) {
-            l.store(0, Ordering::Relaxed);
-        }
-        for w in 0..self.words {
-            if let (Some(c), Some(p)) = (
-                self.cur.get(i * self.words + w),
-                self.prev.get(i * self.words + w),
-            ) {
-                c.store(0, Ordering::Relaxed);
-                p.store(0, Ordering::Relaxed);
-            }
+        let (shard, key) = Table::split(extent);
+        let mut guard = self.table.lock(shard);
+        let Shard {
+            entries,
+            slab,
+            free,
+        } = &mut *guard;
+        let Some(e) = entries.get_mut(&key) else {
+            return;
+        };
+        e.hits = 0;
+        e.score = 0.0;
+        e.last = 0;
+        Shard::release(slab, free, e, self.words);
+        if e.recurrence == 0.0 {
+            entries.remove(&key);
+            self.tracked.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -383,22 +612,30 @@ impl HeatMap {
         self.bypassed.load(Ordering::Relaxed)
     }
 
-    /// Encode the non-zero scores for saving.
+    /// Encode the non-zero scores for saving, in extent order (the `HEAT1`
+    /// format: `HEAT1`, then a little-endian `u32` extent and `f32` score
+    /// per extent).
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut saved: Vec<Saved> = Vec::new();
+        for (shard, guard) in self.table.each() {
+            saved.extend(guard.entries.iter().filter_map(|(k, e)| {
+                let extent = u32::try_from(Table::join(shard, *k)).ok()?;
+                (e.score > 0.0).then_some((extent, e.score))
+            }));
+        }
+        saved.sort_unstable_by_key(|(e, _)| *e);
+        let mut out = Vec::with_capacity(5 + saved.len() * 8);
         out.extend_from_slice(b"HEAT1");
-        for (i, s) in self.scores.iter().enumerate() {
-            let v = f32::from_bits(s.load(Ordering::Relaxed));
-            if v > 0.0 {
-                out.extend_from_slice(&(i as u32).to_le_bytes());
-                out.extend_from_slice(&v.to_le_bytes());
-            }
+        for (e, v) in saved {
+            out.extend_from_slice(&e.to_le_bytes());
+            out.extend_from_slice(&v.to_le_bytes());
         }
         out
     }
 
     /// Load scores saved by [`HeatMap::snapshot`]; returns how many were
     /// loaded. Unknown or damaged snapshots load nothing (heat is advisory).
+    /// Past `max-tracked`, the lowest scores are dropped.
     pub fn restore(&self, bytes: &[u8]) -> usize {
         let Some(body) = bytes.strip_prefix(b"HEAT1") else {
             return 0;
@@ -406,145 +643,35 @@ impl HeatMap {
         if body.len() % 8 != 0 {
             return 0;
         }
-        let saved: Vec<Saved> = body
-            .chunks_exact(8)
-            .map(|c| {
-                (
-                    u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                    f32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-                )
-            })
-            .collect();
+        let saved = body.chunks_exact(8).map(|c| {
+            (
+                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                f32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            )
+        });
         let mut n = 0;
         for (i, v) in saved {
-            if let (Some(s), Some(r)) =
-                (self.scores.get(i as usize), self.recurrence.get(i as usize))
-            {
-                if v.is_finite() && v > 0.0 {
-                    s.store(v.to_bits(), Ordering::Relaxed);
-                    // Not saved: a score this high was most likely earned
-                    // over more than one visit, up to the two that show
-                    // reuse.
-                    r.store(v.min(2.0).to_bits(), Ordering::Relaxed);
-                    n += 1;
-                }
+            if u64::from(i) >= self.extents || !v.is_finite() || v <= 0.0 {
+                continue;
             }
+            let (shard, key) = Table::split(u64::from(i));
+            let mut guard = self.table.lock(shard);
+            let e = guard.entries.entry(key).or_insert_with(|| {
+                self.tracked.fetch_add(1, Ordering::Relaxed);
+                Entry::EMPTY
+            });
+            e.score = v;
+            // Not saved: a score this high was most likely earned over
+            // more than one visit, up to the two that show reuse.
+            e.recurrence = v.min(2.0);
+            n += 1;
+        }
+        if self.tracked() > self.max_tracked {
+            self.trim(self.max_tracked);
         }
         n
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MIB: u64 = 1 << 20;
-
-    fn map() -> HeatMap {
-        HeatMap::new(HeatConfig::default(), 8, MIB, 4096, Duration::ZERO)
-    }
-
-    #[test]
-    fn recurrence_counts_the_seconds_an_extent_comes_back_in_not_its_requests() {
-        let m = map();
-        let h = IoHint::default();
-        // Extent 0: a run of ten requests within one second (two ticks in
-        // that second). Extent 1: one request in each of three seconds.
-        for i in 0..10 {
-            m.record(i * 8192, 8192, h);
-        }
-        m.record(MIB, 4096, h);
-        m.tick(Duration::from_millis(300));
-        m.tick(Duration::from_millis(600));
-        m.record(MIB + 4096, 4096, h);
-        m.tick(Duration::from_millis(1300));
-        m.record(MIB + 8192, 4096, h);
-        m.tick(Duration::from_millis(2300));
-        assert!(m.score(0) > 9.0, "{}", m.score(0));
-        assert!((m.recurrence(0) - 1.0).abs() < 0.05, "{}", m.recurrence(0));
-        assert!(m.recurrence(1) > 2.9, "{}", m.recurrence(1));
-        // A restored score stands for at most two visits.
-        let r = map();
-        assert_eq!(r.restore(&m.snapshot()), 2);
-        assert!((r.recurrence(0) - 2.0).abs() < 0.1);
-    }
-
-    #[test]
-    fn scores_accumulate_and_halve_each_half_life() {
-        let h = map();
-        for _ in 0..8 {
-            assert!(h.record(MIB + 10, 100, IoHint::default()));
-        }
-        h.tick(Duration::from_secs(1));
-        assert_eq!(h.score(1), 8.0);
-        assert_eq!(h.score(0), 0.0);
-        h.tick(Duration::from_secs(61));
-        assert!((h.score(1) - 4.0).abs() < 1e-3, "{}", h.score(1));
-    }
-
-    #[test]
-    fn coverage_counts_distinct_blocks_across_extents() {
-        let h = map();
-        // 3 blocks at the end of extent 0 and 2 at the start of extent 1.
-        h.record(MIB - 3 * 4096, 5 * 4096, IoHint::default());
-        h.record(MIB - 4096, 1, IoHint::default());
-        assert_eq!(h.coverage(0), 3);
-        assert_eq!(h.coverage(1), 2);
-        // A whole extent.
-        h.record(2 * MIB, MIB, IoHint::default());
-        assert_eq!(h.coverage(2), 256);
-        // Coverage survives one rotation, not two.
-        h.tick(Duration::from_secs(60));
-        assert_eq!(h.coverage(2), 256);
-        h.tick(Duration::from_secs(120));
-        assert_eq!(h.coverage(2), 0);
-    }
-
-    #[test]
-    fn sequential_streams_earn_nothing() {
-        let h = map();
-        let hint = IoHint { seq_run: 8 * MIB };
-        assert!(!h.record(0, MIB, hint));
-        h.tick(Duration::from_secs(1));
-        assert_eq!(h.score(0), 0.0);
-        assert_eq!(h.coverage(0), 0);
-        assert_eq!(h.bypassed(), 1);
-    }
-
-    #[test]
-    fn an_extent_untouched_for_idle_after_is_idle() {
-        let h = map();
-        assert!(!h.active_all()[2], "never touched");
-        assert_eq!(h.idle_secs(2), None);
-        h.record(2 * MIB, 4096, IoHint::default());
-        h.tick(Duration::from_secs(1));
-        assert!(h.active_all()[2]);
-        assert_eq!(h.idle_secs(2), Some(0));
-        // Touched again at 5 s: idle counts from there.
-        h.tick(Duration::from_secs(4));
-        h.record(2 * MIB, 4096, IoHint::default());
-        h.tick(Duration::from_secs(5));
-        h.tick(Duration::from_secs(14));
-        assert_eq!(h.idle_secs(2), Some(9));
-        assert!(h.active_all()[2]);
-        h.tick(Duration::from_secs(15));
-        assert!(!h.active_all()[2], "10 s without a touch");
-        assert_eq!(h.active_all(), vec![false; 8]);
-        // Its score is still there: idle is about recency, not frequency.
-        assert!(h.score(2) > 1.0);
-        h.clear(2);
-        assert_eq!(h.idle_secs(2), None);
-    }
-
-    #[test]
-    fn snapshot_roundtrip() {
-        let h = map();
-        h.record(3 * MIB, 1, IoHint::default());
-        h.tick(Duration::from_secs(1));
-        let snap = h.snapshot();
-        let g = map();
-        assert_eq!(g.restore(&snap), 1);
-        assert_eq!(g.score(3), 1.0);
-        assert_eq!(g.restore(b"garbage"), 0);
-    }
-}
+mod tests;

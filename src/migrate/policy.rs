@@ -1,5 +1,7 @@
-//! The placement policy: from a snapshot of every mapped extent's tier, heat
-//! and pin, decide which extents to move, in which order, and why.
+//! The placement policy: from a snapshot of the tier, heat and pin of the
+//! extents that can move (those on the SSD, those touched recently, those
+//! pinned to the SSD and those of busy zones: [`super::candidates`]),
+//! decide which extents to move, in which order, and why.
 //!
 //! Rules, in priority order:
 //! 1. **Pins**: an extent pinned to a tier it is not on moves there.
@@ -48,13 +50,13 @@
 //! over the HDD), a swap's demotions in groups once the free slots reach
 //! the floor, then demotions refilling the reserve.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::heat::HeatMap;
+use super::zones::Zones;
 use crate::units::{InvalidKey, Reason};
-use crate::volume::{pin_in, Tier, Volume};
+use crate::volume::Tier;
 
 /// One planned move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,27 +100,6 @@ pub struct Candidate {
     pub clean: bool,
 }
 
-/// The policy's view of every mapped extent of `vol`, with heat from `heat`
-/// and the pins in force.
-pub fn candidates(vol: &Volume, heat: &HeatMap) -> Vec<Candidate> {
-    let pins = vol.pins();
-    let active = heat.active_all();
-    vol.mapped_extents()
-        .into_iter()
-        .map(|(e, loc, clean)| Candidate {
-            extent: e,
-            tier: loc.tier,
-            slot: loc.slot,
-            score: heat.score(e),
-            recurrence: heat.recurrence(e),
-            coverage: heat.coverage(e),
-            pin: pin_in(&pins, e),
-            active: active.get(e as usize).copied().unwrap_or(false),
-            clean,
-        })
-        .collect()
-}
-
 /// Recurrence (decayed count of the distinct seconds an extent was touched
 /// in) from which an extent came back: it was used in two seconds at least,
 /// recently. A promotion needs it besides its score, and so does an
@@ -132,7 +113,7 @@ const CAME_BACK: f32 = 1.9;
 /// (neighbourhood prefetch reads a whole zone, so it wants more than two
 /// visits, which uniform random reads over a large region give many
 /// extents by chance within seconds): touched in three distinct seconds.
-const KEEPS_COMING_BACK: f32 = 2.9;
+pub(super) const KEEPS_COMING_BACK: f32 = 2.9;
 
 /// Policy knobs. Flattened into the `[migrate]` table (`migrate.max-moves`),
 /// whose `MigrateConfig` refuses unknown keys for both (serde's `flatten`
@@ -207,7 +188,11 @@ impl PolicyConfig {
 /// Everything the planner looks at.
 #[derive(Debug, Clone)]
 pub struct PlanInput {
-    /// Every mapped extent.
+    /// The mapped extents any rule may move or weigh, in extent order:
+    /// every extent on the SSD, every one touched recently, pinned to the
+    /// SSD or in a busy zone ([`super::candidates::candidates`]). Any other
+    /// extent is an untouched, unpinned HDD extent outside the busy zones,
+    /// which no rule moves: adding it changes no plan.
     pub candidates: Vec<Candidate>,
     /// Free SSD slots now.
     pub ssd_free: u64,
@@ -393,90 +378,8 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
 
     // 4. Neighbourhood prefetch.
     if !input.admission && cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
-        let z = u64::from(cfg.zone_extents);
-        // Activity of a zone: separate runs of recently touched extents. A
-        // sequential stream's first few MiB (which earn heat before the
-        // stream is recognised) are one run, so they never make a zone busy.
-        //
-        // Only extents that keep coming back count for runs
-        // (KEEPS_COMING_BACK): extents touched in a visit or two each are a
-        // scatter, as uniform random reads
-        // over a large region make, not a working set, and prefetching
-        // their neighbours would read the HDD beside its users for reads
-        // that may never come.
-        let mut touched: Vec<(u64, bool)> = input
-            .candidates
-            .iter()
-            .filter(|c| c.coverage > 0)
-            .map(|c| (c.extent, c.recurrence >= KEEPS_COMING_BACK))
-            .collect();
-        touched.sort_unstable();
-        let mut active: HashMap<u64, u32> = HashMap::new();
-        // Runs of any touched extents: what keeps a zone's SSD extents from
-        // making way for a prefetch.
-        let mut any: HashMap<u64, u32> = HashMap::new();
-        let mut in_zone: HashMap<u64, u32> = HashMap::new();
-        let (mut prev, mut prev_any) = (None, None);
-        for (e, reused) in touched {
-            let new_run = |p: Option<u64>| p.is_none_or(|p| p + 1 != e || p / z != e / z);
-            if reused {
-                if new_run(prev) {
-                    *active.entry(e / z).or_default() += 1;
-                }
-                prev = Some(e);
-            }
-            if new_run(prev_any) {
-                *any.entry(e / z).or_default() += 1;
-            }
-            prev_any = Some(e);
-            *in_zone.entry(e / z).or_default() += 1;
-        }
-        // A zone three quarters of whose extents are in use is busy too,
-        // though they form few runs: a working set that has mostly come up,
-        // whose last extents on the HDD are the holes between them. (A
-        // stream's start is the cutoff's worth of extents, four of 1 MiB by
-        // default: a small share of a zone.)
-        for (zone, n) in &in_zone {
-            if u64::from(*n) * 4 >= z * 3 {
-                let runs = active.entry(*zone).or_default();
-                *runs = (*runs).max(cfg.zone_min_active.max(1));
-            }
-        }
-        // Runs are counted over the coverage windows (a minute or two: a
-        // working set still read at HDD speed touches its tail zones only
-        // now and then), but a zone none of whose extents was touched
-        // within `idle-after` is idle: not busy, and its SSD extents may
-        // make way. So the set that just left is neither prefetched nor
-        // kept by its zones' older touches.
-        let recent: HashSet<u64> = input
-            .candidates
-            .iter()
-            .filter(|c| c.active)
-            .map(|c| c.extent / z)
-            .collect();
-        active.retain(|zone, _| recent.contains(zone));
-        any.retain(|zone, _| recent.contains(zone));
-        let in_use = |c: &Candidate| {
-            let zone = c.extent / z;
-            active.get(&zone).copied().unwrap_or(0) + any.get(&zone).copied().unwrap_or(0)
-        };
-        // Busy zones, grown into neighbouring zones with any reuse at all: a
-        // working set spread over many zones (each touched only a few times
-        // while the workload still runs at HDD speed) is found from its
-        // busiest zones outwards, as long as it is contiguous.
-        let mut busy: HashSet<u64> = active
-            .iter()
-            .filter(|(_, n)| **n >= cfg.zone_min_active.max(1))
-            .map(|(zone, _)| *zone)
-            .collect();
-        let mut grow: Vec<u64> = busy.iter().copied().collect();
-        while let Some(zone) = grow.pop() {
-            for nb in [zone.wrapping_sub(1), zone + 1] {
-                if active.contains_key(&nb) && busy.insert(nb) {
-                    grow.push(nb);
-                }
-            }
-        }
+        let zones = Zones::find(cfg, &input.candidates);
+        let in_use = |c: &Candidate| zones.in_use(c.extent);
         let chosen: HashSet<u64> = promote.iter().map(|(c, _)| c.extent).collect();
         let mut near: Vec<&Candidate> = input
             .candidates
@@ -484,7 +387,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             .filter(|c| {
                 c.tier == Tier::Hdd
                     && c.pin.is_none()
-                    && busy.contains(&(c.extent / z))
+                    && zones.is_busy(c.extent)
                     && !chosen.contains(&c.extent)
             })
             .collect();

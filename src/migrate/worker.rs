@@ -20,116 +20,13 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, error, warn};
 
 use super::bucket::TokenBucket;
-use super::policy::{candidates, effective, plan, PlanInput, PolicyConfig, NOT_NEGATIVE};
+use super::candidates::{all_candidates, candidates};
+use super::knobs::MigrateConfig;
+use super::policy::{effective, plan, PlanInput};
 use crate::device::IoClass;
 use crate::heat::HeatMap;
-use crate::units::ByteSize;
-use crate::units::{InvalidKey, Reason};
+use crate::units::Reason;
 use crate::volume::{MoveOutcome, Stats, Tier, Volume};
-
-/// Migration knobs: the `[migrate]` table of the configuration, the
-/// policy's keys flattened into it. Unknown keys are refused: serde checks
-/// what neither this struct nor the flattened policy takes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-pub struct MigrateConfig {
-    /// Run the background migrator at all.
-    pub enabled: bool,
-    /// Admission at the miss: a read that misses flash brings its extent
-    /// up right after it is answered (`migrate::admit`). The background
-    /// policy then makes no read-driven promotions of its own (hot, near)
-    /// and keeps the reserve, write-back, pre-cleaning and pins.
-    pub admission: bool,
-    /// The share of a busy HDD's time admissions may take (0 to 1): they
-    /// take all the time the HDD has no user and at most this share of
-    /// the time it has, so a workload that keeps the HDD busy runs at
-    /// least `1 - share` of the HDD's own speed. 1: no limit.
-    pub admission_share: f64,
-    /// Time between planning rounds.
-    #[serde(with = "crate::units::duration_secs")]
-    pub interval: Duration,
-    /// Background copy bandwidth cap in bytes/s (0: unlimited).
-    pub bandwidth: ByteSize,
-    /// Reserve refills may go faster: up to this many times the recent
-    /// foreground write rate, when that exceeds `bandwidth`.
-    pub reserve_boost: f64,
-    /// The reserve keeps room for this long of the recent foreground write
-    /// rate; only the rest may be lent to promotions.
-    #[serde(with = "crate::units::duration_secs")]
-    pub reserve_horizon: Duration,
-    /// Foreground requests in flight at or above which migration waits.
-    pub busy_inflight: usize,
-    /// Smoothed latency of foreground HDD reads at or above which migration
-    /// waits (0: never).
-    #[serde(with = "crate::units::duration_secs")]
-    pub busy_latency: Duration,
-    /// Longest wait for foreground I/O to calm down before one batch.
-    #[serde(with = "crate::units::duration_secs")]
-    pub max_backoff: Duration,
-    /// Speculative moves (neighbourhood prefetch, reserve refills above
-    /// the floor) run only once the HDD has served no foreground request
-    /// for this long; until then they wait for a later round (0: never
-    /// wait). A guess must not slow down a user of the HDD.
-    #[serde(with = "crate::units::duration_secs")]
-    pub speculative_idle: Duration,
-    /// Moves carried out together (one sync and one flush; neighbouring
-    /// slots copied with one large read and write).
-    pub batch: usize,
-    /// How often heat scores are saved to the metadata store.
-    #[serde(with = "crate::units::duration_secs")]
-    pub heat_save_interval: Duration,
-    /// The placement policy.
-    #[serde(flatten)]
-    pub policy: PolicyConfig,
-}
-
-impl Default for MigrateConfig {
-    fn default() -> Self {
-        MigrateConfig {
-            enabled: true,
-            admission: false,
-            admission_share: 0.05,
-            interval: Duration::from_secs(1),
-            bandwidth: ByteSize(128 << 20),
-            reserve_boost: 2.0,
-            reserve_horizon: Duration::from_secs(60),
-            busy_inflight: 16,
-            busy_latency: Duration::from_millis(100),
-            max_backoff: Duration::from_millis(500),
-            speculative_idle: Duration::from_millis(250),
-            batch: 32,
-            heat_save_interval: Duration::from_secs(300),
-            policy: PolicyConfig::default(),
-        }
-    }
-}
-
-impl MigrateConfig {
-    /// Check values that parse but make no sense, the policy's included;
-    /// the error names the key (`migrate.batch`).
-    pub fn validate(&self) -> Result<(), InvalidKey> {
-        if self.interval.is_zero() {
-            return Err(InvalidKey::new("migrate.interval", "must be above zero"));
-        }
-        self.policy.validate()?;
-        if !(0.0..=1.0).contains(&self.admission_share) {
-            return Err(InvalidKey::new(
-                "migrate.admission-share",
-                "must be between 0 and 1",
-            ));
-        }
-        if !self.reserve_boost.is_finite() || self.reserve_boost < 0.0 {
-            return Err(InvalidKey::new("migrate.reserve-boost", NOT_NEGATIVE));
-        }
-        if self.batch == 0 || self.batch > 1024 {
-            return Err(InvalidKey::new(
-                "migrate.batch",
-                "must be between 1 and 1024",
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Work that may wait (speculative moves, write-back of the log while the
 /// SSD is not draining, pre-cleaning) goes in groups of at most this many
@@ -254,7 +151,19 @@ pub struct Migrator {
     /// SSD slots the policy keeps free (starts at the geometry's reserve;
     /// the operator may change it live).
     reserve_target: AtomicU64,
+    /// [`ssd_changes`], and when, as pre-cleaning last looked for an SSD
+    /// extent without an HDD copy and found none. Only a write to the SSD
+    /// or a dropped shadow makes such an extent, so while the count stands
+    /// the look (a walk of the extent map) is skipped, for
+    /// [`PRECLEAN_RELOOK`] at most (a write whose count came before the
+    /// look but whose mapping came after it is found then): idle rounds
+    /// cost next to nothing.
+    preclean_none: Mutex<Option<(u64, Duration)>>,
 }
+
+/// Longest pre-cleaning trusts that it found nothing to copy while the
+/// SSD did not change (see `Migrator::preclean_none`).
+const PRECLEAN_RELOOK: Duration = Duration::from_secs(300);
 
 /// The running background thread.
 pub struct MigratorHandle {
@@ -295,6 +204,13 @@ fn read_count(vol: &Volume) -> u64 {
     Stats::get(&s.read_hits[0]) + Stats::get(&s.read_hits[1]) + Stats::get(&s.read_unmapped)
 }
 
+/// Writes to the SSD (any: foreground, the write log, copies) plus shadows
+/// dropped: what can give the SSD an extent with data and no HDD copy.
+fn ssd_changes(vol: &Volume) -> u64 {
+    let s = vol.stats();
+    Stats::get(&s.dev_writes[Tier::Ssd.index()]).wrapping_add(Stats::get(&s.shadows_dropped))
+}
+
 fn written_bytes(vol: &Volume) -> u64 {
     let s = vol.stats();
     let dev = Stats::get(&s.dev_write_bytes[0]) + Stats::get(&s.dev_write_bytes[1]);
@@ -331,6 +247,7 @@ impl Migrator {
             panics: AtomicU64::new(0),
             progress: Progress::default(),
             reserve_target: AtomicU64::new(reserve),
+            preclean_none: Mutex::new(None),
         }
     }
 
@@ -499,7 +416,9 @@ impl Migrator {
             return report;
         }
         let input = PlanInput {
-            candidates: candidates(vol, &self.heat),
+            // The extents that can move: what the SSD holds, what was
+            // touched, what is pinned, and, with prefetch, the busy zones.
+            candidates: candidates(vol, &self.heat, (!cfg.admission).then_some(&cfg.policy)),
             // The write log's segments are not free: random writes can fill
             // them faster than the HDD drains them (a minute or more for a
             // reserve's worth of scattered 4 KiB blocks), and the reserve
@@ -657,7 +576,14 @@ impl Migrator {
             }
         }
         let bpe = vol.geometry().blocks_per_extent();
-        let mut on: Vec<(u64, f32)> = candidates(vol, &self.heat)
+        // Off the SSD: its extents, all among the planner's candidates. Off
+        // the HDD: every extent on it, a walk of the whole map each round
+        // while it drains.
+        let all = match from {
+            Tier::Ssd => candidates(vol, &self.heat, None),
+            Tier::Hdd => all_candidates(vol, &self.heat),
+        };
+        let mut on: Vec<(u64, f32)> = all
             .into_iter()
             .filter(|c| c.tier == from)
             .map(|c| (c.extent, effective(&cfg.policy, &c, bpe)))
@@ -717,8 +643,22 @@ impl Migrator {
         if vol.inflight() > 0 || vol.log_usage().used > 0 || !self.hdd_free_of_users(cfg) {
             return;
         }
+        // The volume gives no copy with shadows off, or when the HDD has no
+        // slot to spare beyond the reserve's and one (`Volume::reserve_moves`,
+        // `Goal::Clean`): then there is no need to look.
+        let spare = u64::from(vol.geometry().reserve_extents.max(1));
+        if !vol.shadows_enabled() || u64::from(vol.free_slots(Tier::Hdd)) <= spare + 1 {
+            return;
+        }
+        let (changes, now) = (ssd_changes(vol), vol.clock().now());
+        if let Some((c, at)) = *self.preclean_none.lock() {
+            if c == changes && now.saturating_sub(at) < PRECLEAN_RELOOK {
+                return;
+            }
+        }
         let batch = vol.unshadowed_ssd_extents(cfg.batch.clamp(1, SPECULATIVE_BATCH));
         if batch.is_empty() {
+            *self.preclean_none.lock() = Some((changes, now));
             return;
         }
         let mut pace = |n: u64| self.pace(&self.bucket, n);

@@ -16,7 +16,8 @@ use crate::control::{
     MAX_LINE,
 };
 use crate::listen::{self, Drain, LoopOptions};
-use crate::migrate::policy::{candidates, effective};
+use crate::migrate::candidates::all_candidates;
+use crate::migrate::policy::effective;
 use crate::units::human_bytes;
 use crate::volume::Tier;
 
@@ -183,7 +184,9 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
         Request::Top { order, n } => {
             let policy = live.migrator.config().policy;
             let bpe = vol.geometry().blocks_per_extent();
-            let mut c: Vec<_> = candidates(vol, &live.heat)
+            // Every mapped extent (the coldest are untouched ones): a walk
+            // of the whole map, on the operator's request.
+            let mut c: Vec<_> = all_candidates(vol, &live.heat)
                 .into_iter()
                 .map(|c| (effective(&policy, &c, bpe), c))
                 .collect();

@@ -16,7 +16,8 @@ use crate::control::{
 };
 use crate::device::{IoClass, IoOp, Latencies};
 use crate::heat::HeatMap;
-use crate::migrate::policy::{candidates, effective};
+use crate::migrate::candidates::candidates;
+use crate::migrate::policy::effective;
 use crate::migrate::worker::MigratorHandle;
 use crate::migrate::Migrator;
 use crate::volume::{Stats, Tier, Volume, BLOCK_SIZE};
@@ -345,14 +346,22 @@ impl Live {
         })
     }
 
-    /// The data in use against the SSD's room for it (walks the extents).
+    /// The data in use against the SSD's room for it (walks the SSD's
+    /// extents and those heat tracks).
     pub fn working_set(&self) -> WorkingSetStatus {
         let vol = &self.volume;
         let es = vol.geometry().extent_size;
         let bpe = vol.geometry().blocks_per_extent();
         let policy = self.migrator.config().policy;
-        let mut w = WorkingSetStatus::default();
-        for c in candidates(vol, &self.heat) {
+        let mut w = WorkingSetStatus {
+            heat_tracked_extents: self.heat.tracked() as u64,
+            heat_dropped: self.heat.dropped(),
+            ..WorkingSetStatus::default()
+        };
+        // An extent heat does not track has effective heat 0: hot only
+        // with a promotion score of 0, which makes every extent hot.
+        let untracked_hot = policy.promote_min_score <= 0.0;
+        for c in candidates(vol, &self.heat, None) {
             if effective(&policy, &c, bpe) >= policy.promote_min_score {
                 w.hot_bytes += es;
                 if c.tier == Tier::Ssd {
@@ -362,6 +371,11 @@ impl Live {
             if c.active {
                 w.active_bytes += es;
             }
+        }
+        if untracked_hot {
+            let u = vol.usage();
+            w.hot_bytes = (u.mapped[0] + u.mapped[1]) * es;
+            w.hot_on_ssd_bytes = u.mapped[0] * es;
         }
         let slots = u64::from(vol.geometry().ssd_slots);
         w.ssd_usable_bytes = slots.saturating_sub(self.migrator.reserve_extents()) * es;

@@ -114,6 +114,14 @@ pub fn run(
     if !cli.json {
         say!("{}", describe(&plan));
     }
+    // What was moved so far, taken before draining starts: the migrator
+    // may move everything before the first look at its progress.
+    let before = if cli.json || no_wait {
+        None
+    } else {
+        let (st, _): (Status, _) = request(cli, &Request::Status)?;
+        Some(moved_bytes(&st, tier))
+    };
     ack(
         cli,
         &Request::Evacuate {
@@ -125,16 +133,16 @@ pub fn run(
         return Ok(());
     }
     say!("(Ctrl-C stops watching; draining goes on until `tierctl evacuate --cancel`)");
-    watch(cli)
+    watch(cli, before)
 }
 
-/// Follow draining until done or stalled.
-fn watch(cli: &Cli) -> anyhow::Result<()> {
+/// Follow draining until done or stalled; `base` is what was moved before
+/// it started (else the first look's figures).
+fn watch(cli: &Cli, mut base: Option<(u64, u64)>) -> anyhow::Result<()> {
     let tty = std::io::stderr().is_terminal();
     let mut last = (u64::MAX, Instant::now());
     let mut last_line: Option<Instant> = None;
     let started = Instant::now();
-    let mut base: Option<(u64, u64)> = None;
     loop {
         let (st, _): (Status, _) = request(cli, &Request::Status)?;
         let Some(e) = st.evacuation else {

@@ -187,6 +187,13 @@ pub fn print(s: &Status) {
             "TOO SMALL for the hot data"
         }
     );
+    if ws.heat_dropped > 0 {
+        say!(
+            "heat: kept for {} extents; {} dropped or never kept because the table was full (heat.max-tracked)",
+            ws.heat_tracked_extents,
+            ws.heat_dropped
+        );
+    }
     let w = &s.write_log;
     say!(
         "write log: {}{} of {} on the SSD, {} dirty (write-back backlog); {} writes landed ({}), {} found it full; written back {}, now {}/s",

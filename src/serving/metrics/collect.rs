@@ -169,6 +169,14 @@ pub(super) fn describe() {
         "Bytes of extents touched within heat.idle-after"
     );
     describe_gauge!(
+        "tierd_heat_tracked_extents",
+        "Extents whose heat is kept (touched recently; at most heat.max-tracked)"
+    );
+    describe_counter!(
+        "tierd_heat_dropped_total",
+        "Extents whose heat was dropped, or never kept, because the heat table was full (heat.max-tracked)"
+    );
+    describe_gauge!(
         "tierd_tier_usable_bytes",
         "Bytes a tier may fill with data: its slots, on the SSD less the reserve target"
     );
@@ -291,6 +299,8 @@ pub fn collect(live: &Live) {
     gauge!("tierd_hot_bytes", "tier" => "ssd").set(w.hot_on_ssd_bytes as f64);
     gauge!("tierd_hot_bytes", "tier" => "hdd").set((w.hot_bytes - w.hot_on_ssd_bytes) as f64);
     gauge!("tierd_active_bytes").set(w.active_bytes as f64);
+    gauge!("tierd_heat_tracked_extents").set(w.heat_tracked_extents as f64);
+    counter!("tierd_heat_dropped_total").absolute(w.heat_dropped);
     gauge!("tierd_tier_usable_bytes", "tier" => "ssd").set(w.ssd_usable_bytes as f64);
     gauge!("tierd_tier_usable_bytes", "tier" => "hdd").set((u64::from(geo.hdd_slots) * es) as f64);
     let p = live.migrator.progress();

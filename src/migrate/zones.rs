@@ -1,0 +1,139 @@
+//! Which zones are in use, for neighbourhood prefetch (rule 4 of
+//! [`super::policy`]): a *zone* is `zone-extents` neighbouring extents, and
+//! its activity is counted in separate runs of recently touched extents.
+//!
+//! Everything here follows from the candidates touched recently (coverage
+//! in the windows, or in use): [`Zones::find`] gives the same answer for
+//! every mapped extent as for only those, which is what lets the planner's
+//! candidates follow the work (`super::candidates`): the untouched extents
+//! of a busy zone are looked up once the zone is known to be busy.
+
+use std::collections::{HashMap, HashSet};
+
+use super::policy::{Candidate, PolicyConfig, KEEPS_COMING_BACK};
+
+/// The zones in use, and how busy each is.
+pub struct Zones {
+    /// Extents per zone (at least 1).
+    z: u64,
+    /// Runs of extents that keep coming back, per zone touched within
+    /// `idle-after`.
+    active: HashMap<u64, u32>,
+    /// Runs of any touched extents, per zone touched within `idle-after`:
+    /// what keeps a zone's SSD extents from making way for a prefetch.
+    any: HashMap<u64, u32>,
+    /// Busy zones: their HDD extents may be prefetched.
+    busy: HashSet<u64>,
+}
+
+impl Zones {
+    /// The zones of `candidates` (only those with coverage or in use
+    /// count), with `cfg`'s zone size (not 0) and threshold.
+    pub fn find(cfg: &PolicyConfig, candidates: &[Candidate]) -> Zones {
+        let z = u64::from(cfg.zone_extents.max(1));
+        // Activity of a zone: separate runs of recently touched extents. A
+        // sequential stream's first few MiB (which earn heat before the
+        // stream is recognised) are one run, so they never make a zone busy.
+        //
+        // Only extents that keep coming back count for runs
+        // (KEEPS_COMING_BACK): extents touched in a visit or two each are a
+        // scatter, as uniform random reads
+        // over a large region make, not a working set, and prefetching
+        // their neighbours would read the HDD beside its users for reads
+        // that may never come.
+        let mut touched: Vec<(u64, bool)> = candidates
+            .iter()
+            .filter(|c| c.coverage > 0)
+            .map(|c| (c.extent, c.recurrence >= KEEPS_COMING_BACK))
+            .collect();
+        touched.sort_unstable();
+        let mut active: HashMap<u64, u32> = HashMap::new();
+        let mut any: HashMap<u64, u32> = HashMap::new();
+        let mut in_zone: HashMap<u64, u32> = HashMap::new();
+        let (mut prev, mut prev_any) = (None, None);
+        for (e, reused) in touched {
+            let new_run = |p: Option<u64>| p.is_none_or(|p| p + 1 != e || p / z != e / z);
+            if reused {
+                if new_run(prev) {
+                    *active.entry(e / z).or_default() += 1;
+                }
+                prev = Some(e);
+            }
+            if new_run(prev_any) {
+                *any.entry(e / z).or_default() += 1;
+            }
+            prev_any = Some(e);
+            *in_zone.entry(e / z).or_default() += 1;
+        }
+        // A zone three quarters of whose extents are in use is busy too,
+        // though they form few runs: a working set that has mostly come up,
+        // whose last extents on the HDD are the holes between them. (A
+        // stream's start is the cutoff's worth of extents, four of 1 MiB by
+        // default: a small share of a zone.)
+        for (zone, n) in &in_zone {
+            if u64::from(*n) * 4 >= z * 3 {
+                let runs = active.entry(*zone).or_default();
+                *runs = (*runs).max(cfg.zone_min_active.max(1));
+            }
+        }
+        // Runs are counted over the coverage windows (a minute or two: a
+        // working set still read at HDD speed touches its tail zones only
+        // now and then), but a zone none of whose extents was touched
+        // within `idle-after` is idle: not busy, and its SSD extents may
+        // make way. So the set that just left is neither prefetched nor
+        // kept by its zones' older touches.
+        let recent: HashSet<u64> = candidates
+            .iter()
+            .filter(|c| c.active)
+            .map(|c| c.extent / z)
+            .collect();
+        active.retain(|zone, _| recent.contains(zone));
+        any.retain(|zone, _| recent.contains(zone));
+        // Busy zones, grown into neighbouring zones with any reuse at all: a
+        // working set spread over many zones (each touched only a few times
+        // while the workload still runs at HDD speed) is found from its
+        // busiest zones outwards, as long as it is contiguous.
+        let mut busy: HashSet<u64> = active
+            .iter()
+            .filter(|(_, n)| **n >= cfg.zone_min_active.max(1))
+            .map(|(zone, _)| *zone)
+            .collect();
+        let mut grow: Vec<u64> = busy.iter().copied().collect();
+        while let Some(zone) = grow.pop() {
+            for nb in [zone.wrapping_sub(1), zone + 1] {
+                if active.contains_key(&nb) && busy.insert(nb) {
+                    grow.push(nb);
+                }
+            }
+        }
+        Zones {
+            z,
+            active,
+            any,
+            busy,
+        }
+    }
+
+    /// How much an extent's zone is in use (0: idle, its SSD extents may
+    /// make way for a prefetch).
+    pub fn in_use(&self, extent: u64) -> u32 {
+        let zone = extent / self.z;
+        self.active.get(&zone).copied().unwrap_or(0) + self.any.get(&zone).copied().unwrap_or(0)
+    }
+
+    /// Whether an extent's zone is busy: its HDD extents may be prefetched.
+    pub fn is_busy(&self, extent: u64) -> bool {
+        self.busy.contains(&(extent / self.z))
+    }
+
+    /// The extents of the busy zones, zone by zone in order, up to `end`
+    /// (the volume's extents).
+    pub fn busy_extents(&self, end: u64) -> impl Iterator<Item = u64> + '_ {
+        let mut zones: Vec<u64> = self.busy.iter().copied().collect();
+        zones.sort_unstable();
+        let z = self.z;
+        zones.into_iter().flat_map(move |zone| {
+            zone.saturating_mul(z)..zone.saturating_add(1).saturating_mul(z).min(end)
+        })
+    }
+}
