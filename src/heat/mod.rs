@@ -522,9 +522,10 @@ impl HeatMap {
     }
 
     /// For every extent of the volume, [`HeatMap::is_active`]: a vector as
-    /// long as the volume, for callers that walk every extent anyway;
-    /// others use [`HeatMap::touched`] or [`HeatMap::is_active`].
-    pub fn active_all(&self) -> Vec<bool> {
+    /// long as the volume, for the tests that compare with a dense map;
+    /// callers use [`HeatMap::touched`] or [`HeatMap::is_active`].
+    #[cfg(test)]
+    pub(crate) fn active_all(&self) -> Vec<bool> {
         let mut out = vec![false; usize::try_from(self.extents).unwrap_or(0)];
         for (e, h) in self.touched() {
             if h.active {

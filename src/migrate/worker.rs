@@ -154,12 +154,24 @@ pub struct Migrator {
     /// [`ssd_changes`], and when, as pre-cleaning last looked for an SSD
     /// extent without an HDD copy and found none. Only a write to the SSD
     /// or a dropped shadow makes such an extent, so while the count stands
-    /// the look (a walk of the extent map) is skipped, for
+    /// the look (a walk of the SSD's extents) is skipped, for
     /// [`PRECLEAN_RELOOK`] at most (a write whose count came before the
     /// look but whose mapping came after it is found then): idle rounds
     /// cost next to nothing.
     preclean_none: Mutex<Option<(u64, Duration)>>,
+    /// SSD extents the last look found without an HDD copy, coldest first,
+    /// and when it looked: later rounds take their batches from it until
+    /// it is used up or [`PRECLEAN_LIST_AGE`] old, so the look's walk of
+    /// the SSD is paid once per list, not once per batch of four.
+    preclean_list: Mutex<(std::collections::VecDeque<u64>, Duration)>,
 }
+
+/// Extents one look for pre-cleaning lists at most.
+const PRECLEAN_LIST: usize = 1024;
+
+/// Oldest a pre-cleaning list is used (heat changes the coldest-first
+/// order; an extent copied or moved meanwhile is skipped by the copy).
+const PRECLEAN_LIST_AGE: Duration = Duration::from_secs(10);
 
 /// Longest pre-cleaning trusts that it found nothing to copy while the
 /// SSD did not change (see `Migrator::preclean_none`).
@@ -248,6 +260,7 @@ impl Migrator {
             progress: Progress::default(),
             reserve_target: AtomicU64::new(reserve),
             preclean_none: Mutex::new(None),
+            preclean_list: Mutex::new((std::collections::VecDeque::new(), Duration::ZERO)),
         }
     }
 
@@ -656,7 +669,15 @@ impl Migrator {
                 return;
             }
         }
-        let batch = vol.unshadowed_ssd_extents(cfg.batch.clamp(1, SPECULATIVE_BATCH));
+        let want = cfg.batch.clamp(1, SPECULATIVE_BATCH);
+        let batch: Vec<u64> = {
+            let mut list = self.preclean_list.lock();
+            if list.0.is_empty() || now.saturating_sub(list.1) >= PRECLEAN_LIST_AGE {
+                *list = (vol.unshadowed_ssd_extents(PRECLEAN_LIST).into(), now);
+            }
+            let n = want.min(list.0.len());
+            list.0.drain(..n).collect()
+        };
         if batch.is_empty() {
             *self.preclean_none.lock() = Some((changes, now));
             return;

@@ -98,7 +98,6 @@ impl Volume {
         // Idle extents rank below every extent in use, then by score.
         // Every caller looks for SSD extents: the SSD's owners, not a scan
         // of the volume.
-        let idle_after = self.heat.config().idle_after.as_secs().max(1);
         let mut found: Vec<((bool, f32), u64)> = self
             .map
             .ssd_extents()
@@ -106,11 +105,7 @@ impl Volume {
             .filter(|i| Some(*i) != except)
             .filter_map(|i| {
                 let g = self.map.at(i).try_read()?;
-                let active = self
-                    .heat
-                    .idle_secs(i)
-                    .is_some_and(|s| u64::from(s) < idle_after);
-                let key = (active, self.heat.score(i));
+                let key = (self.heat.is_active(i), self.heat.score(i));
                 pick(i, g.as_ref()?, key.0).then_some((key, i))
             })
             .collect();
