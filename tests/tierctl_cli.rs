@@ -203,6 +203,35 @@ fn every_command_text_and_json() {
     let map = ok(&sock, &["placement", "--map", "--cells", "64"]);
     assert!(map.contains("legend"), "{map}");
     assert!(map.contains('S') && map.contains('.'), "{map}");
+    // The map's cells are counted by the daemon: they agree with the runs.
+    let cells = json(&sock, &["placement", "--map", "--cells", "64"]);
+    let per = cells["cells"]["per_cell"].as_u64().expect("per_cell");
+    let counts = cells["cells"]["counts"].as_array().expect("counts");
+    assert!(
+        cells["runs"].as_array().is_some_and(Vec::is_empty),
+        "{cells}"
+    );
+    let es = whole["extent_size"].as_u64().expect("extent_size");
+    let mut from_runs = vec![[0u64; 3]; counts.len()];
+    for r in whole["runs"].as_array().expect("runs") {
+        let k = match r["where"].as_str() {
+            Some("ssd") => 0,
+            Some("hdd") => 1,
+            _ => 2,
+        };
+        let (a, n) = (
+            r["offset"].as_u64().unwrap_or(0) / es,
+            r["len"].as_u64().unwrap_or(0) / es,
+        );
+        for e in a..a + n {
+            from_runs[(e / per) as usize][k] += 1;
+        }
+    }
+    let got: Vec<[u64; 3]> = counts
+        .iter()
+        .map(|c| [0, 1, 2].map(|i| c[i].as_u64().unwrap_or(u64::MAX)))
+        .collect();
+    assert_eq!(got, from_runs, "{cells}");
 
     // explain
     let e = json(&sock, &["explain", "1MiB"]);

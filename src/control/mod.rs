@@ -34,6 +34,12 @@ pub enum Request {
         /// Bytes (default: to the end of the volume).
         #[serde(default)]
         len: Option<u64>,
+        /// Answer with this many cells of counts instead of the runs (what
+        /// `tierctl placement --map` draws): a scattered volume has
+        /// hundreds of thousands of runs, and a map needs a few hundred
+        /// cells.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cells: Option<u32>,
     },
     /// Where the extent holding `offset` sits and why.
     Explain {
@@ -649,8 +655,20 @@ pub struct PlacementMap {
     /// Logical capacity in bytes.
     pub capacity_bytes: u64,
     /// Runs of whole extents, in order, covering the range (rounded out to
-    /// extent boundaries).
+    /// extent boundaries); empty when cells were asked for.
     pub runs: Vec<Run>,
+    /// The counts per cell, when the request asked for cells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cells: Option<Cells>,
+}
+
+/// Extents per cell of a [`PlacementMap`] by where they are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cells {
+    /// Extents per cell (the last cell may have fewer).
+    pub per_cell: u64,
+    /// Per cell, in order: extents on the SSD, on the HDD, unmapped.
+    pub counts: Vec<[u64; 3]>,
 }
 
 /// Answer of [`Request::Explain`]: the engine's [`Placement`] (its fields

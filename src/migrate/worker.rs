@@ -166,6 +166,10 @@ pub struct Migrator {
     preclean_list: Mutex<(std::collections::VecDeque<u64>, Duration)>,
 }
 
+/// Pre-cleaning batches one round runs at most (besides its interval: a
+/// clock that stands still while copies run does not hold the round).
+const PRECLEAN_BATCHES: usize = 64;
+
 /// Extents one look for pre-cleaning lists at most.
 const PRECLEAN_LIST: usize = 1024;
 
@@ -647,26 +651,44 @@ impl Migrator {
 
     /// Pre-cleaning: while the foreground is idle and nothing else moved
     /// this round, give the coldest SSD extents that have no HDD copy one
-    /// (a clean shadow), one batch per round, paced by the migration
-    /// bucket; so the reserve later refills by dropping clean copies
+    /// (a clean shadow), batch after batch for up to a round's interval
+    /// (and [`PRECLEAN_BATCHES`]), paced by the migration bucket; so the reserve later refills by dropping clean copies
     /// instead of writing them (bcache's idle writeback does the same for
     /// dirty data). The volume refuses once the HDD has no slots to spare.
     fn preclean(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
         let vol = &self.vol;
+        // Batches of a few extents, one after the other for up to a round's
+        // interval while the HDD stays free of users: the plan is made once
+        // a round, not once for every four extents copied.
+        let start = vol.clock().now();
+        for _ in 0..PRECLEAN_BATCHES {
+            if self.paused() || !self.preclean_batch(cfg, report) {
+                return;
+            }
+            if vol.clock().now().saturating_sub(start) >= cfg.interval {
+                return;
+            }
+        }
+    }
+
+    /// One batch of pre-cleaning; false when there was nothing to do or the
+    /// HDD is not free for it.
+    fn preclean_batch(&self, cfg: &MigrateConfig, report: &mut RoundReport) -> bool {
+        let vol = &self.vol;
         if vol.inflight() > 0 || vol.log_usage().used > 0 || !self.hdd_free_of_users(cfg) {
-            return;
+            return false;
         }
         // The volume gives no copy with shadows off, or when the HDD has no
         // slot to spare beyond the reserve's and one (`Volume::reserve_moves`,
         // `Goal::Clean`): then there is no need to look.
         let spare = u64::from(vol.geometry().reserve_extents.max(1));
         if !vol.shadows_enabled() || u64::from(vol.free_slots(Tier::Hdd)) <= spare + 1 {
-            return;
+            return false;
         }
         let (changes, now) = (ssd_changes(vol), vol.clock().now());
         if let Some((c, at)) = *self.preclean_none.lock() {
             if c == changes && now.saturating_sub(at) < PRECLEAN_RELOOK {
-                return;
+                return false;
             }
         }
         let want = cfg.batch.clamp(1, SPECULATIVE_BATCH);
@@ -680,7 +702,7 @@ impl Migrator {
         };
         if batch.is_empty() {
             *self.preclean_none.lock() = Some((changes, now));
-            return;
+            return false;
         }
         let mut pace = |n: u64| self.pace(&self.bucket, n);
         match super::copy::preclean_batch(vol, &batch, &mut pace) {
@@ -692,6 +714,7 @@ impl Migrator {
                         _ => {}
                     }
                 }
+                true
             }
             Err(e) => {
                 report.errors += batch.len();
@@ -699,6 +722,7 @@ impl Migrator {
                     extents = batch.len(),
                     "pre-cleaning failed, extents keep no HDD copy: {e}"
                 );
+                false
             }
         }
     }

@@ -12,8 +12,8 @@ use tracing::{debug, info};
 
 use super::live::Live;
 use crate::control::{
-    Ack, Explain, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder, Where,
-    MAX_LINE,
+    Ack, Cells, Explain, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder,
+    Where, MAX_LINE,
 };
 use crate::listen::{self, Drain, LoopOptions};
 use crate::migrate::candidates::all_candidates;
@@ -153,8 +153,8 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
     let es = vol.geometry().extent_size;
     match req {
         Request::Status => Response::ok(live.status()),
-        Request::Placement { offset, len } => match clip(offset, len, vol.size()) {
-            Ok(r) => Response::ok(placement(live, r.offset, r.end - r.offset)),
+        Request::Placement { offset, len, cells } => match clip(offset, len, vol.size()) {
+            Ok(r) => Response::ok(placement(live, r.offset, r.end - r.offset, cells)),
             Err(e) => Response::err(e),
         },
         Request::Explain { offset } => {
@@ -446,14 +446,31 @@ fn clip(offset: u64, len: Option<u64>, size: u64) -> Result<Clipped, String> {
     })
 }
 
-/// Runs of whole extents over `[offset, offset+len)`.
-fn placement(live: &Live, offset: u64, len: u64) -> PlacementMap {
+/// Runs of whole extents over `[offset, offset+len)`, or with `cells`
+/// that many cells of counts (at most one cell per extent).
+fn placement(live: &Live, offset: u64, len: u64, cells: Option<u32>) -> PlacementMap {
     let vol = &live.volume;
     let es = vol.geometry().extent_size;
     let (first, end) = (offset / es, (offset + len).div_ceil(es));
     let mut runs: Vec<Run> = Vec::new();
+    let mut counted = cells.map(|n| {
+        let per = (end - first).div_ceil(u64::from(n.max(1))).max(1);
+        Cells {
+            per_cell: per,
+            counts: vec![[0u64; 3]; (end - first).div_ceil(per) as usize],
+        }
+    });
     for e in first..end {
         let at = Where::from(vol.tier_of(e));
+        if let Some(c) = counted.as_mut() {
+            let k = match at {
+                Where::Ssd => 0,
+                Where::Hdd => 1,
+                Where::Unmapped => 2,
+            };
+            c.counts[((e - first) / c.per_cell) as usize][k] += 1;
+            continue;
+        }
         match runs.last_mut() {
             Some(r) if r.at == at => r.len += es,
             _ => runs.push(Run {
@@ -469,6 +486,7 @@ fn placement(live: &Live, offset: u64, len: u64) -> PlacementMap {
         extent_size: es,
         capacity_bytes: vol.size(),
         runs,
+        cells: counted,
     }
 }
 

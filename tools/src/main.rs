@@ -351,7 +351,16 @@ fn run() -> anyhow::Result<()> {
                 Some(r) => parse_range(r, true)?,
                 None => (0, None),
             };
-            let (p, resp): (PlacementMap, _) = request(&cli, &Request::Placement { offset, len })?;
+            // The map asks the daemon for its cells' counts, not the runs.
+            let want = map.then(|| u32::try_from(*cells).unwrap_or(u32::MAX).max(1));
+            let (p, resp): (PlacementMap, _) = request(
+                &cli,
+                &Request::Placement {
+                    offset,
+                    len,
+                    cells: want,
+                },
+            )?;
             if cli.json {
                 return print_json(&resp);
             }

@@ -10,23 +10,12 @@ pub fn print(p: &PlacementMap, cells: usize) {
     let first = p.offset / es;
     let end = (p.offset + p.len).div_ceil(es);
     let extents = end - first;
-    let cells = (cells as u64).min(extents).max(1);
-    let per = extents.div_ceil(cells);
-    let cells = extents.div_ceil(per);
-    // Counts [ssd, hdd, unmapped] per cell.
-    let mut counts = vec![[0u64; 3]; cells as usize];
-    for r in &p.runs {
-        let (a, b) = (r.offset / es, (r.offset + r.len) / es);
-        for e in a.max(first)..b.min(end) {
-            let c = ((e - first) / per) as usize;
-            let k = match r.at {
-                Where::Ssd => 0,
-                Where::Hdd => 1,
-                Where::Unmapped => 2,
-            };
-            counts[c][k] += 1;
-        }
-    }
+    // Counts [ssd, hdd, unmapped] per cell: as the daemon counted them, or
+    // from the runs.
+    let (per, counts) = match &p.cells {
+        Some(c) => (c.per_cell, c.counts.clone()),
+        None => from_runs(p, cells, first, end),
+    };
     say!(
         "{} .. {} ({} extents of {}, {} per cell)",
         human(first * es),
@@ -56,4 +45,28 @@ pub fn print(p: &PlacementMap, cells: usize) {
         paint("43;30", "m"),
         paint("2", ".")
     );
+}
+
+/// Extents per cell, and the counts per cell, of `cells` cells over the
+/// extents `first..end` from the runs of `p`.
+fn from_runs(p: &PlacementMap, cells: usize, first: u64, end: u64) -> (u64, Vec<[u64; 3]>) {
+    let es = p.extent_size;
+    let extents = end - first;
+    let cells = (cells as u64).min(extents).max(1);
+    let per = extents.div_ceil(cells);
+    let cells = extents.div_ceil(per);
+    let mut counts = vec![[0u64; 3]; cells as usize];
+    for r in &p.runs {
+        let (a, b) = (r.offset / es, (r.offset + r.len) / es);
+        for e in a.max(first)..b.min(end) {
+            let c = ((e - first) / per) as usize;
+            let k = match r.at {
+                Where::Ssd => 0,
+                Where::Hdd => 1,
+                Where::Unmapped => 2,
+            };
+            counts[c][k] += 1;
+        }
+    }
+    (per, counts)
 }
