@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -106,7 +106,7 @@ pub(crate) struct ExtentMap {
     cells: Box<[Cell]>,
     extras: Box<[Mutex<HashMap<u64, Shared>>]>,
     /// Per SSD slot: the extent mapped there, plus one (0: none).
-    ssd_owner: Box<[AtomicU32]>,
+    ssd_owner: Box<[AtomicU64]>,
     counts: Counts,
     blocks: u32,
 }
@@ -150,10 +150,8 @@ fn unpack(word: u64) -> Mapping {
 
 impl ExtentMap {
     /// An empty map of `extents` extents with `blocks` blocks each, over an
-    /// SSD of `ssd_slots` slots. Extent numbers must fit 32 bits (the SSD's
-    /// owners are kept in 32 bits each), as every geometry's do.
+    /// SSD of `ssd_slots` slots.
     pub(crate) fn new(extents: u64, ssd_slots: u32, blocks: u32) -> ExtentMap {
-        debug_assert!(extents < u64::from(u32::MAX));
         ExtentMap {
             cells: (0..extents)
                 .map(|_| Cell {
@@ -162,7 +160,7 @@ impl ExtentMap {
                 })
                 .collect(),
             extras: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            ssd_owner: (0..ssd_slots).map(|_| AtomicU32::new(0)).collect(),
+            ssd_owner: (0..ssd_slots).map(|_| AtomicU64::new(0)).collect(),
             counts: Counts::default(),
             blocks,
         }
@@ -243,7 +241,7 @@ impl ExtentMap {
             .iter()
             .filter_map(|o| match o.load(Ordering::Acquire) {
                 0 => None,
-                e => Some(u64::from(e - 1)),
+                e => Some(e - 1),
             })
             .collect();
         out.sort_unstable();
@@ -280,7 +278,7 @@ impl ExtentMap {
         if ol == nl {
             return;
         }
-        let me = extent as u32 + 1;
+        let me = extent + 1;
         if let Some(Loc {
             tier: Tier::Ssd,
             slot,
