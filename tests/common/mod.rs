@@ -511,12 +511,25 @@ impl Daemon {
     /// `--meta-dir`.
     pub fn control_socket(&self) -> PathBuf {
         const READY: &str = "control socket ready path=";
-        let log = self.log();
-        let logged = log
-            .rsplit_once(READY)
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .map(PathBuf::from);
-        logged.unwrap_or_else(|| self.data_dir.join("control.sock"))
+        // The daemon says where its control socket is just after it starts
+        // serving NBD, which is what the start waits for: give the line a
+        // moment to come (a daemon with `--meta-dir` has it there, not in
+        // the data directory).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let log = self.log();
+            let logged = log
+                .rsplit_once(READY)
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .map(PathBuf::from);
+            if let Some(path) = logged {
+                return path;
+            }
+            if Instant::now() >= deadline {
+                return self.data_dir.join("control.sock");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Start the daemon again on the same data directory and port (it must
