@@ -14,12 +14,10 @@
 //! for operator requests that want them all (`tierctl top`, draining the
 //! HDD).
 
-use std::ops::Range;
-
 use super::policy::{Candidate, PolicyConfig};
 use super::zones::Zones;
 use crate::heat::{ExtentHeat, HeatMap};
-use crate::volume::{pin_in, Loc, Pin, Tier, Volume};
+use crate::volume::{pin_in, pinned_ranges, Loc, Pin, Tier, Volume};
 
 /// A candidate of `extent` at `loc`, with its heat (`None`: untracked,
 /// never touched as far as heat knows) and pin.
@@ -41,19 +39,6 @@ fn candidate(
         active: heat.is_some_and(|h| h.active),
         clean,
     }
-}
-
-/// The extents the pins put on the SSD, as disjoint ranges in order
-/// (later pins overriding earlier), within the volume's `extents`.
-fn ssd_pinned(pins: &[Pin], extents: u64) -> Vec<Range<u64>> {
-    let mut cuts: Vec<u64> = pins.iter().flat_map(|p| [p.start, p.end]).collect();
-    cuts.sort_unstable();
-    cuts.dedup();
-    cuts.windows(2)
-        .filter(|w| pin_in(pins, w[0]) == Some(Tier::Ssd))
-        .map(|w| w[0]..w[1].min(extents))
-        .filter(|r| !r.is_empty())
-        .collect()
 }
 
 /// The planner's candidates, in extent order: every extent on the SSD, and
@@ -96,7 +81,7 @@ pub fn candidates(vol: &Volume, heat: &HeatMap, policy: Option<&PolicyConfig>) -
             .filter(|(e, h)| wanted(h) && !on_ssd(*e))
             .filter_map(|(e, _)| mapped(*e)),
     );
-    for r in ssd_pinned(&pins, extents) {
+    for r in pinned_ranges(&pins, Tier::Ssd, extents) {
         out.extend(
             r.filter(|e| !on_ssd(*e) && !heat_of(*e).is_some_and(wanted))
                 .filter_map(mapped),
@@ -329,21 +314,5 @@ mod tests {
         assert!(some.iter().all(|c| c.extent != hdd));
         let want = plan(&cfg, &input(all_candidates(&vol, &heat)));
         assert_eq!(plan(&cfg, &input(some)), want);
-    }
-
-    #[test]
-    fn pinned_ranges_resolve_overrides() {
-        let pin = |start, end, tier| Pin { start, end, tier };
-        let pins = [
-            pin(0, 100, Some(Tier::Ssd)),
-            pin(10, 20, Some(Tier::Hdd)),
-            pin(30, 40, None),
-            pin(200, 300, Some(Tier::Ssd)),
-        ];
-        assert_eq!(
-            ssd_pinned(&pins, 250),
-            vec![0..10, 20..30, 40..100, 200..250]
-        );
-        assert!(ssd_pinned(&[], 10).is_empty());
     }
 }

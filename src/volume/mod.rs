@@ -30,7 +30,7 @@ pub use io::AllocRun;
 pub use log::LogUsage;
 pub use moves::{Goal, MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
 pub use open::{FormatOptions, VolumeOptions, STORE_FORMAT_VERSION};
-pub use pins::{pin_in, Pin};
+pub use pins::{pin_in, pinned_ranges, Pin};
 pub use placement::Placement;
 pub use space::FlushState;
 pub use stats::Stats;

@@ -48,7 +48,10 @@ impl Volume {
             new.push(Pin { start, end, tier });
         }
         let room = u64::from(self.geo.ssd_slots - self.geo.reserve_extents);
-        let pinned = pinned_to(&new, Tier::Ssd);
+        let pinned: u64 = pinned_ranges(&new, Tier::Ssd, self.geo.logical_extents())
+            .iter()
+            .map(|r| r.end - r.start)
+            .sum();
         if pinned > room {
             return Err(VolumeError::Pin(format!(
                 "{pinned} extents would be pinned to the SSD, which has room for {room} outside the reserve"
@@ -72,17 +75,19 @@ impl Volume {
     }
 }
 
-/// How many extents `pins` pin to `tier`: the pins' ends cut the volume
-/// into pieces each of which one pin (or none) decides, so the count costs
-/// the pins, not the volume's size.
-fn pinned_to(pins: &[Pin], tier: Tier) -> u64 {
+/// The extents `pins` put on `tier`, as disjoint ranges in order (later
+/// pins overriding earlier), within a volume of `extents`: the pins' ends
+/// cut the volume into pieces each of which one pin (or none) decides, so
+/// this costs the pins, not the volume's size.
+pub fn pinned_ranges(pins: &[Pin], tier: Tier, extents: u64) -> Vec<std::ops::Range<u64>> {
     let mut cuts: Vec<u64> = pins.iter().flat_map(|p| [p.start, p.end]).collect();
     cuts.sort_unstable();
     cuts.dedup();
     cuts.windows(2)
         .filter(|w| pin_in(pins, w[0]) == Some(tier))
-        .map(|w| w[1] - w[0])
-        .sum()
+        .map(|w| w[0]..w[1].min(extents))
+        .filter(|r| !r.is_empty())
+        .collect()
 }
 
 #[cfg(test)]
@@ -101,9 +106,32 @@ mod tests {
         let by_scan = (0..200)
             .filter(|e| pin_in(&pins, *e) == Some(Tier::Ssd))
             .count() as u64;
-        assert_eq!(pinned_to(&pins, Tier::Ssd), by_scan);
+        let count = |pins: &[Pin], tier, extents| -> u64 {
+            pinned_ranges(pins, tier, extents)
+                .iter()
+                .map(|r| r.end - r.start)
+                .sum()
+        };
+        assert_eq!(count(&pins, Tier::Ssd, 200), by_scan);
         assert_eq!(by_scan, 40 + 60);
-        assert_eq!(pinned_to(&pins, Tier::Hdd), 5);
-        assert_eq!(pinned_to(&[], Tier::Ssd), 0);
+        assert_eq!(count(&pins, Tier::Hdd, 200), 5);
+        assert_eq!(count(&pins, Tier::Ssd, 110), 90, "clipped to the volume");
+        assert_eq!(count(&[], Tier::Ssd, 200), 0);
+    }
+
+    #[test]
+    fn pinned_ranges_resolve_overrides() {
+        let pin = |start, end, tier| Pin { start, end, tier };
+        let pins = [
+            pin(0, 100, Some(Tier::Ssd)),
+            pin(10, 20, Some(Tier::Hdd)),
+            pin(30, 40, None),
+            pin(200, 300, Some(Tier::Ssd)),
+        ];
+        assert_eq!(
+            pinned_ranges(&pins, Tier::Ssd, 250),
+            vec![0..10, 20..30, 40..100, 200..250]
+        );
+        assert!(pinned_ranges(&[], Tier::Ssd, 10).is_empty());
     }
 }
