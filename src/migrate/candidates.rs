@@ -166,6 +166,20 @@ mod tests {
 
     /// The planner's candidates leave out only extents no rule moves: the
     /// plans made from them are the plans every mapped extent gives.
+    /// What the planner is given for `candidates` of `vol` in these tests.
+    fn plan_input(vol: &Volume, candidates: Vec<Candidate>, admission: bool) -> PlanInput {
+        PlanInput {
+            candidates,
+            ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
+            reserve: 4,
+            blocks_per_extent: vol.geometry().blocks_per_extent(),
+            group: 4,
+            protect: 0,
+            shadows: true,
+            admission,
+        }
+    }
+
     #[test]
     fn the_plan_from_the_candidates_is_the_plan_from_every_extent() {
         let clock = Arc::new(ManualClock::new());
@@ -228,16 +242,7 @@ mod tests {
                 assert!(some.windows(2).all(|w| w[0].extent < w[1].extent));
                 assert!(some.iter().all(|c| all.contains(c)), "{second}");
                 assert!(some.len() < all.len(), "{} of {}", some.len(), all.len());
-                let input = |candidates| PlanInput {
-                    candidates,
-                    ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
-                    reserve: 4,
-                    blocks_per_extent: vol.geometry().blocks_per_extent(),
-                    group: 4,
-                    protect: 0,
-                    shadows: true,
-                    admission,
-                };
+                let input = |candidates| plan_input(&vol, candidates, admission);
                 let want = plan(&cfg, &input(all));
                 assert_eq!(plan(&cfg, &input(some)), want, "second {second}");
                 compared += usize::from(!want.is_empty());
@@ -289,16 +294,7 @@ mod tests {
         }
         assert_eq!((heat.coverage(hdd), heat.is_active(hdd)), (0, false));
         assert!(heat.recurrence(hdd) >= 1.9 && heat.score(hdd) > 0.0);
-        let input = |candidates| PlanInput {
-            candidates,
-            ssd_free: u64::from(vol.free_slots(Tier::Ssd)),
-            reserve: 4,
-            blocks_per_extent: vol.geometry().blocks_per_extent(),
-            group: 4,
-            protect: 0,
-            shadows: true,
-            admission: false,
-        };
+        let input = |candidates| plan_input(&vol, candidates, false);
         let any = PolicyConfig {
             promote_min_score: 0.0,
             ..PolicyConfig::default()
