@@ -4,11 +4,12 @@
 //!
 //! Most mapped extents are *plain*: every block written, no second copy, no
 //! logged blocks. Tier and slot then fit in a word, which shares its eight
-//! bytes with the extent's generation counter, so an extent costs sixteen
-//! bytes (its lock and its word) however large the volume. A mapping with a
+//! bytes with the extent's generation counter, so an extent costs twelve
+//! bytes (its four-byte lock, [`super::lock`], and its word) however large
+//! the volume. A mapping with a
 //! written-block bitmap, a shadow or logged blocks lives in the side table,
 //! sharded by extent, and its word says so: what costs more is what is
-//! used. A never-written extent costs its sixteen bytes and nothing else.
+//! used. A never-written extent costs its twelve bytes and nothing else.
 //!
 //! The guards keep the old interface of a lock over an `Option<Mapping>`:
 //! a read guard lends the mapping (decoded from the word, or shared with the
@@ -23,10 +24,11 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::Mutex;
 
 use super::extent::{Loc, Mapping, Written};
 use super::geometry::Tier;
+use super::lock::{RawLock, ReadGuard, WriteGuard};
 
 /// The low 32 bits: the slot.
 const SLOT_MASK: u64 = 0xffff_ffff;
@@ -103,20 +105,17 @@ pub(crate) struct MapCounts {
 
 /// The extent map of a volume.
 pub(crate) struct ExtentMap {
-    cells: Box<[Cell]>,
+    /// Per extent: its lock, which guards the mapping bits of its word.
+    locks: Box<[RawLock]>,
+    /// Per extent: its word (mapping and generation); the generation
+    /// changes under the shared lock too, by atomic adds. Apart from the
+    /// locks so that neither pads the other.
+    words: Box<[AtomicU64]>,
     extras: Box<[Mutex<HashMap<u64, Shared>>]>,
     /// Per SSD slot: the extent mapped there, plus one (0: none).
     ssd_owner: Box<[AtomicU64]>,
     counts: Counts,
     blocks: u32,
-}
-
-/// One extent: its lock, and its word (mapping and generation), which the
-/// lock guards as far as the mapping bits go; the generation changes under
-/// the shared lock too, by atomic adds.
-struct Cell {
-    lock: RwLock<()>,
-    word: AtomicU64,
 }
 
 /// The word of a mapping: its place, and whether the rest of it is in the
@@ -153,12 +152,8 @@ impl ExtentMap {
     /// SSD of `ssd_slots` slots.
     pub(crate) fn new(extents: u64, ssd_slots: u32, blocks: u32) -> ExtentMap {
         ExtentMap {
-            cells: (0..extents)
-                .map(|_| Cell {
-                    lock: RwLock::new(()),
-                    word: AtomicU64::new(0),
-                })
-                .collect(),
+            locks: (0..extents).map(|_| RawLock::new()).collect(),
+            words: (0..extents).map(|_| AtomicU64::new(0)).collect(),
             extras: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             ssd_owner: (0..ssd_slots).map(|_| AtomicU64::new(0)).collect(),
             counts: Counts::default(),
@@ -168,7 +163,7 @@ impl ExtentMap {
 
     /// Extents in the map.
     pub(crate) fn len(&self) -> u64 {
-        self.cells.len() as u64
+        self.words.len() as u64
     }
 
     fn shard(&self, extent: u64) -> &Mutex<HashMap<u64, Shared>> {
@@ -177,11 +172,12 @@ impl ExtentMap {
 
     /// The lock of `extent`, if it is in the map.
     pub(crate) fn get(&self, extent: u64) -> Option<ExtentLock<'_>> {
-        let cell = self.cells.get(extent as usize)?;
+        let i = usize::try_from(extent).ok()?;
         Some(ExtentLock {
             map: self,
             extent,
-            cell,
+            lock: self.locks.get(i)?,
+            word: self.words.get(i)?,
         })
     }
 
@@ -199,26 +195,22 @@ impl ExtentMap {
     /// shared lock, after) every change of its data or mapping, so that a
     /// migration can tell whether its copy is still current.
     pub(crate) fn gen(&self, extent: u64) -> Option<u32> {
-        let cell = self.cells.get(extent as usize)?;
-        Some((cell.word.load(Ordering::Acquire) >> GEN_SHIFT) as u32)
+        let word = self.words.get(extent as usize)?;
+        Some((word.load(Ordering::Acquire) >> GEN_SHIFT) as u32)
     }
 
     /// The tier `extent` is mapped on, without its lock (one atomic load:
     /// a place changes only under the extent's exclusive lock).
     pub(crate) fn tier(&self, extent: u64) -> Option<Tier> {
-        let w = self
-            .cells
-            .get(extent as usize)?
-            .word
-            .load(Ordering::Acquire);
+        let w = self.words.get(extent as usize)?.load(Ordering::Acquire);
         (w & MAPPED != 0).then_some(if w & HDD != 0 { Tier::Hdd } else { Tier::Ssd })
     }
 
     /// Bump `extent`'s generation (the add leaves the mapping bits alone,
     /// so it needs no lock of its own).
     pub(crate) fn bump(&self, extent: u64) {
-        if let Some(cell) = self.cells.get(extent as usize) {
-            cell.word.fetch_add(GEN_ONE, Ordering::AcqRel);
+        if let Some(word) = self.words.get(extent as usize) {
+            word.fetch_add(GEN_ONE, Ordering::AcqRel);
         }
     }
 
@@ -308,32 +300,33 @@ impl ExtentMap {
 pub(crate) struct ExtentLock<'a> {
     map: &'a ExtentMap,
     extent: u64,
-    cell: &'a Cell,
+    lock: &'a RawLock,
+    word: &'a AtomicU64,
 }
 
 impl<'a> ExtentLock<'a> {
     /// Wait for the shared lock.
     pub(crate) fn read(self) -> MapRead<'a> {
-        self.lend(self.cell.lock.read())
+        self.lend(self.lock.read())
     }
 
     /// The shared lock if it is free of writers now.
     pub(crate) fn try_read(self) -> Option<MapRead<'a>> {
-        self.cell.lock.try_read().map(|g| self.lend(g))
+        self.lock.try_read().map(|g| self.lend(g))
     }
 
     /// Wait for the exclusive lock.
     pub(crate) fn write(self) -> MapWrite<'a> {
-        self.own(self.cell.lock.write())
+        self.own(self.lock.write())
     }
 
     /// The exclusive lock if it is free now.
     pub(crate) fn try_write(self) -> Option<MapWrite<'a>> {
-        self.cell.lock.try_write().map(|g| self.own(g))
+        self.lock.try_write().map(|g| self.own(g))
     }
 
-    fn lend(self, g: RwLockReadGuard<'a, ()>) -> MapRead<'a> {
-        let word = self.cell.word.load(Ordering::Acquire);
+    fn lend(self, g: ReadGuard<'a>) -> MapRead<'a> {
+        let word = self.word.load(Ordering::Acquire);
         let held = if word & MAPPED == 0 {
             Held::Inline(None)
         } else if word & EXTRA == 0 {
@@ -347,8 +340,8 @@ impl<'a> ExtentLock<'a> {
         MapRead { held, _lock: g }
     }
 
-    fn own(self, g: RwLockWriteGuard<'a, ()>) -> MapWrite<'a> {
-        let word = self.cell.word.load(Ordering::Acquire);
+    fn own(self, g: WriteGuard<'a>) -> MapWrite<'a> {
+        let word = self.word.load(Ordering::Acquire);
         let value = if word & MAPPED == 0 {
             None
         } else if word & EXTRA == 0 {
@@ -370,7 +363,7 @@ impl<'a> ExtentLock<'a> {
             value,
             old,
             changed: false,
-            word: &self.cell.word,
+            word: self.word,
             _lock: g,
         }
     }
@@ -386,7 +379,7 @@ pub(crate) struct MapRead<'a> {
     // Dropped before the lock, so a writer that comes next finds the side
     // table's entry unshared.
     held: Held,
-    _lock: RwLockReadGuard<'a, ()>,
+    _lock: ReadGuard<'a>,
 }
 
 impl Deref for MapRead<'_> {
@@ -410,7 +403,7 @@ pub(crate) struct MapWrite<'a> {
     /// Lent mutably since taken (stored back even if unchanged).
     changed: bool,
     word: &'a AtomicU64,
-    _lock: RwLockWriteGuard<'a, ()>,
+    _lock: WriteGuard<'a>,
 }
 
 impl Deref for MapWrite<'_> {
@@ -465,8 +458,10 @@ mod tests {
     }
 
     #[test]
-    fn an_extent_costs_sixteen_bytes() {
-        assert_eq!(std::mem::size_of::<Cell>(), 16);
+    fn an_extent_costs_twelve_bytes() {
+        let map = ExtentMap::new(1000, 1, 256);
+        let per_extent = std::mem::size_of_val(&*map.locks) + std::mem::size_of_val(&*map.words);
+        assert_eq!(per_extent, 12 * 1000);
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod error;
 mod extent;
 mod geometry;
 mod io;
+mod lock;
 mod log;
 mod map;
 mod moves;
