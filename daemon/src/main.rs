@@ -105,6 +105,7 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 }
 
 fn main() -> std::process::ExitCode {
+    tierd::serving::allocator::limit_malloc_arenas();
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -4,11 +4,12 @@
 //! ([`endpoints`]), start-up and shutdown ([`service`]), the live state the side channels
 //! read ([`live`]), the control socket's server ([`control`]), the
 //! Prometheus exporter ([`metrics`]) the trace recorder ([`recorder`]) and the capacity tier on a remote NBD
-//! export ([`remote`]). Every listener, NBD's included, runs
+//! export ([`remote`]), and the C allocator's tuning ([`allocator`]). Every listener, NBD's included, runs
 //! on the one accept loop of [`crate::listen`]. It may use every layer below
 //! it; nothing below imports it.
 
 pub mod adapter;
+pub mod allocator;
 pub mod control;
 pub mod endpoints;
 pub mod live;
