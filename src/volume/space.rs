@@ -41,17 +41,18 @@ impl Volume {
                 self.flush()?;
             }
         }
-        let mut got = self.take_slot(&order)?;
+        let mut got = self.take_new_slot(&order)?;
         if got.is_none() && (self.alloc.quarantined() > 0 || self.log.quarantined() > 0) {
             // Freed slots become reusable once their unmapping is durable.
             self.flush()?;
-            got = self.take_slot(&order)?;
+            got = self.take_new_slot(&order)?;
         }
         if got.is_none() && self.drop_shadows(1, Some(extent))? > 0 {
             self.flush()?;
-            got = self.take_slot(&order)?;
+            got = self.take_new_slot(&order)?;
         }
         let loc = got.ok_or(VolumeError::NoSpace)?;
+        self.new_data_now();
         Stats::add(&self.stats.allocations[loc.tier.index()], 1);
         if loc.tier == Tier::Hdd && order[0] == Tier::Ssd {
             Stats::add(&self.stats.spills, 1);
@@ -62,12 +63,23 @@ impl Volume {
         Ok(loc)
     }
 
-    /// A free slot from the first tier of `order` that has one, detached
-    /// from pages that zero-copy reads of its previous owner may still hold
+    /// A free slot from the first tier of `order` that has one, for a move:
+    /// the slot given back last, if any (see [`super::alloc`]).
+    pub(crate) fn take_slot(&self, order: &[Tier]) -> VolumeResult<Option<Loc>> {
+        self.detached(self.alloc.alloc(order))
+    }
+
+    /// [`Volume::take_slot`] for new data: the lowest free slot.
+    fn take_new_slot(&self, order: &[Tier]) -> VolumeResult<Option<Loc>> {
+        self.detached(self.alloc.alloc_new(order))
+    }
+
+    /// `got`, detached from pages that zero-copy reads of its previous
+    /// owner may still hold
     /// ([`BlockDevice::forget`](crate::device::BlockDevice::forget)): every
     /// slot handed out for new contents comes through here.
-    pub(crate) fn take_slot(&self, order: &[Tier]) -> VolumeResult<Option<Loc>> {
-        let Some(loc) = self.alloc.alloc(order) else {
+    fn detached(&self, got: Option<Loc>) -> VolumeResult<Option<Loc>> {
+        let Some(loc) = got else {
             return Ok(None);
         };
         match self.forget_slot(loc.tier, loc.slot) {
