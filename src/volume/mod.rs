@@ -199,6 +199,9 @@ pub struct Volume {
     hdd_fg_at: std::sync::atomic::AtomicU64,
     /// Time the HDD spent on foreground I/O (summed over requests, ns).
     hdd_fg_busy: std::sync::atomic::AtomicU64,
+    /// When a foreground write last took a slot for new data (volume
+    /// clock, ns; `u64::MAX`: never).
+    new_data_at: std::sync::atomic::AtomicU64,
     /// Admission at the miss: its order and its candidates.
     admission: admit::Admission,
     /// Counters for metrics.
@@ -294,6 +297,28 @@ impl Volume {
                 .store(now.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
             self.hdd_fg_busy.fetch_add(
                 self.clock.io_now().saturating_sub(t0).as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// How long since a foreground write last took a slot for new data, on
+    /// the volume's clock (`Duration::MAX` if none has since it opened).
+    pub fn new_data_idle(&self) -> std::time::Duration {
+        match self.new_data_at.load(std::sync::atomic::Ordering::Relaxed) {
+            u64::MAX => std::time::Duration::MAX,
+            at => self
+                .clock
+                .now()
+                .saturating_sub(std::time::Duration::from_nanos(at)),
+        }
+    }
+
+    /// Note new data landing now (for [`Volume::new_data_idle`]).
+    pub(crate) fn new_data_now(&self) {
+        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
+            self.new_data_at.store(
+                self.clock.now().as_nanos() as u64,
                 std::sync::atomic::Ordering::Relaxed,
             );
         }

@@ -375,6 +375,7 @@ impl Volume {
             hdd_latency: io::Latency::default(),
             hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
             hdd_fg_busy: std::sync::atomic::AtomicU64::new(0),
+            new_data_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             // Off until the migrator's `migrate.admission` turns it on.
             admission: super::admit::Admission::new(logical),
             stats: Stats::default(),
