@@ -109,7 +109,7 @@ impl Volume {
     /// The extents on the SSD, as [`Volume::mapped_extents`] gives them, in
     /// extent order: what the SSD holds is bounded by its slots, not by the
     /// volume's size.
-    pub(crate) fn ssd_extents(&self) -> Vec<(u64, Loc, bool)> {
+    pub fn ssd_extents(&self) -> Vec<(u64, Loc, bool)> {
         let blocks = self.geo.blocks_per_extent();
         self.map
             .ssd_extents()

@@ -203,6 +203,7 @@ impl Bench {
                 / set.len() as f64
         };
         let already = share(&region);
+        let floor = self.shift_floor(&vol, &region);
         let seq_secs: std::collections::HashMap<&str, Option<f64>> = [
             ("", self.hdd_seq_secs(&vol, &region)),
             ("top-tenth-", self.hdd_seq_secs(&vol, &top)),
@@ -293,6 +294,26 @@ impl Bench {
                     },
                 ),
             );
+            if let (true, Some(f)) = (name.is_empty(), floor) {
+                self.finding(
+                    "shift",
+                    "physical-floor",
+                    f.secs,
+                    "s",
+                    format!(
+                        "the least HDD time the move can take: reading the {} extents not on the SSD where they lie ({:.1} s) and writing the {} victims without a clean HDD copy that the full SSD forces out ({:.1} s), at the model's zone rates",
+                        f.reads, f.read_secs, f.writes, f.write_secs
+                    ),
+                );
+                self.finding_against(
+                    "shift",
+                    "time/physical-floor",
+                    t / f.secs.max(1e-9),
+                    "ratio",
+                    "time to 90 % against the physical floor".into(),
+                    Goal::AtMost(1.2),
+                );
+            }
             if let Some(q) = seq {
                 self.finding_against(
                     "shift",
@@ -306,6 +327,51 @@ impl Bench {
                 );
             }
         }
+    }
+
+    /// The least HDD time a move of `set` onto the SSD can take, as the
+    /// volume lies now: read each of its extents not on the SSD where it
+    /// lies, and write out the victims the SSD cannot avoid. Room above the
+    /// reserve takes extents for free; past it each extent pushes one out,
+    /// and a victim with a clean HDD copy leaves by a mapping change (the
+    /// policy takes those first), the others by a write at the rate where
+    /// the set lies (a move takes a slot given back nearby). `None`
+    /// without an HDD model.
+    fn shift_floor(&self, vol: &tierd::volume::Volume, set: &[u64]) -> Option<ShiftFloor> {
+        let model = self.hdd_model.as_ref()?;
+        let geo = vol.geometry();
+        let es = self.extent_size as f64;
+        let mut read_secs = 0.0;
+        let mut reads = 0u64;
+        let mut at = Vec::new();
+        for e in set {
+            if let Some(m) = vol.mapping(*e).filter(|m| m.loc.tier == Tier::Hdd) {
+                let off = geo.slot_offset(m.loc.slot);
+                read_secs += es / model.rate_at(off);
+                reads += 1;
+                at.push(off);
+            }
+        }
+        let in_set: std::collections::HashSet<u64> = set.iter().copied().collect();
+        let clean = vol
+            .ssd_extents()
+            .iter()
+            .filter(|(e, _, clean)| *clean && !in_set.contains(e))
+            .count() as u64;
+        let room =
+            u64::from(vol.free_slots(Tier::Ssd)).saturating_sub(u64::from(geo.reserve_extents));
+        let victims = reads.saturating_sub(room);
+        let writes = victims.saturating_sub(clean);
+        at.sort_unstable();
+        let mid = at.get(at.len() / 2).copied().unwrap_or(0);
+        let write_secs = writes as f64 * es / model.rate_at(mid);
+        Some(ShiftFloor {
+            secs: read_secs + write_secs,
+            reads,
+            read_secs,
+            writes,
+            write_secs,
+        })
     }
 
     /// Seconds the HDD model needs to read `extents` sequentially where they
@@ -454,15 +520,18 @@ impl Bench {
             false,
         );
         let background: Option<(Spec, usize)> = None;
+        // Fine bins: the moment the reserve's worth has landed falls inside
+        // one, and a 1 s bin would mix flash-speed and HDD-speed writes.
+        let bin = Duration::from_millis(100);
+        let per_op = 256.0 * KIB as f64 / MIB as f64;
         for i in 0..self.targets.len() {
-            let bytes_at_4 = 4.0 * 256.0 * KIB as f64;
             // Long enough for the hybrid to write 2x the reserve at SSD speed.
             let run = Run {
                 spec: spec.clone(),
                 qd: 4,
                 duration: self.dur((len as f64 / (400.0 * MIB as f64)).max(5.0) * 2.0),
                 seed: self.opts.seed,
-                bin: Duration::from_secs(1),
+                bin,
                 shift: None,
                 migrator: if i == 0 {
                     self.migrator.as_deref()
@@ -472,7 +541,6 @@ impl Bench {
                 background: background.clone(),
             };
             let m = execute(&self.mode, self.targets[i].as_ref(), &run);
-            let _ = bytes_at_4;
             let p = point(
                 self,
                 "landing",
@@ -482,45 +550,130 @@ impl Bench {
                 &spec,
                 &m,
             );
-            // Throughput while the first reserve's worth lands, and after.
-            let per_bin = 256.0 * KIB as f64 / MIB as f64;
-            let mut landed = 0.0;
-            let (mut first, mut first_s, mut rest, mut rest_s) = (0.0, 0.0, 0.0, 0.0);
-            for n in &m.series {
-                let mib = *n as f64 * per_bin;
-                if landed < (reserve / MIB) as f64 {
-                    first += mib;
-                    first_s += 1.0;
-                } else {
-                    rest += mib;
-                    rest_s += 1.0;
-                }
-                landed += mib;
-            }
             let tname = p.target.clone();
-            self.finding(
-                "landing",
-                &format!("{tname}-MiBps-first-reserve"),
-                first / f64::max(first_s, 1.0),
-                "MiB/s",
-                "while the first reserve-sized part lands".into(),
-            );
-            if rest_s > 0.0 {
+            let split = landing_split(&m.series, bin.as_secs_f64(), per_op, (reserve / MIB) as f64);
+            if let Some(first) = split.first {
+                self.finding(
+                    "landing",
+                    &format!("{tname}-MiBps-first-reserve"),
+                    first,
+                    "MiB/s",
+                    "while the first reserve's worth lands (the reserve's bytes over the time they took)"
+                        .into(),
+                );
+            }
+            if let Some(after) = split.after {
                 self.finding(
                     "landing",
                     &format!("{tname}-MiBps-after"),
-                    rest / rest_s,
+                    after,
                     "MiB/s",
-                    "past the reserve".into(),
+                    "past the reserve (the rest of the bytes over the rest of the run)".into(),
                 );
             }
-            for (s, n) in m.series.iter().enumerate() {
-                push(&mut chart, &p.target, s as f64, *n as f64 * 256.0 / 1024.0);
+            // The chart in 1 s bins.
+            let per_s = (1.0 / bin.as_secs_f64()).round().max(1.0) as usize;
+            for (s, n) in m.series.chunks(per_s).enumerate() {
+                let ops: u64 = n.iter().sum();
+                push(&mut chart, &p.target, s as f64, ops as f64 * per_op);
             }
             self.points.push(p);
         }
+        self.add_landing_ratios();
         self.charts.push(chart);
     }
+}
+
+impl Bench {
+    /// The landing ratios the issue holds the hybrid to: its first
+    /// reserve's worth against the pure SSD's, and what lands after it
+    /// against the pure HDD's whole run (same region, same writes).
+    fn add_landing_ratios(&mut self) {
+        let find = |b: &Bench, name: &str| {
+            b.findings
+                .iter()
+                .rev()
+                .find(|f| f.suite == "landing" && f.name == name)
+                .map(|f| f.value)
+        };
+        let hdd = self
+            .points
+            .iter()
+            .rev()
+            .find(|p| p.suite == "landing" && p.target == "pure-hdd")
+            .map(|p| p.mibps);
+        if let (Some(h), Some(s)) = (
+            find(self, "hybrid-MiBps-first-reserve"),
+            find(self, "pure-ssd-MiBps-first-reserve"),
+        ) {
+            self.finding_against(
+                "landing",
+                "first-reserve/pure-ssd",
+                h / s.max(1e-9),
+                "ratio",
+                "the hybrid landing its first reserve's worth against the pure SSD landing as much"
+                    .into(),
+                Goal::AtLeast(0.95),
+            );
+        }
+        if let (Some(h), Some(d)) = (find(self, "hybrid-MiBps-after"), hdd) {
+            self.finding_against(
+                "landing",
+                "after/pure-hdd",
+                h / d.max(1e-9),
+                "ratio",
+                "the hybrid past its reserve against the pure HDD's whole run".into(),
+                Goal::AtLeast(1.0),
+            );
+        }
+    }
+}
+
+/// A landing run's throughput while the first reserve's worth landed and
+/// after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LandingSplit {
+    /// MiB/s until `reserve` MiB had landed (`None`: they never did).
+    first: Option<f64>,
+    /// MiB/s of the rest of the run (`None`: nothing after).
+    after: Option<f64>,
+}
+
+/// Split a run's completions per bin (`secs` wide, `per_op` MiB each) at
+/// the moment `reserve` MiB had landed, found inside its bin by assuming
+/// the bin's completions evenly spread; the run's last bin is partial and
+/// left out.
+fn landing_split(series: &[u64], secs: f64, per_op: f64, reserve: f64) -> LandingSplit {
+    let full = &series[..series.len().saturating_sub(1)];
+    let total: f64 = full.iter().map(|n| *n as f64 * per_op).sum();
+    let run = full.len() as f64 * secs;
+    let mut landed = 0.0;
+    for (i, n) in full.iter().enumerate() {
+        let mib = *n as f64 * per_op;
+        if landed + mib >= reserve && mib > 0.0 {
+            let t = (i as f64 + (reserve - landed) / mib) * secs;
+            let after = (run - t > secs).then(|| (total - reserve) / (run - t));
+            return LandingSplit {
+                first: Some(reserve / t),
+                after,
+            };
+        }
+        landed += mib;
+    }
+    LandingSplit {
+        first: None,
+        after: None,
+    }
+}
+
+/// The shift's physical floor, and its parts.
+#[derive(Debug, Clone, Copy)]
+struct ShiftFloor {
+    secs: f64,
+    reads: u64,
+    read_secs: f64,
+    writes: u64,
+    write_secs: f64,
 }
 
 /// What the volume's counters say of one phase of the `return` suite.
@@ -706,6 +859,31 @@ impl Bench {
                 "{n} extents of set A on the SSD after {t:.0} s back ({:.0} % before it left)",
                 share_a * 100.0
             ),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{landing_split, LandingSplit};
+
+    #[test]
+    fn the_split_falls_inside_the_bin_where_the_reserve_is_reached() {
+        // 10 MiB per 0.1 s bin for 3 bins, then 1 MiB per bin; the last
+        // bin is partial and left out. 25 MiB land at 0.25 s.
+        let series = [10, 10, 10, 1, 1, 1, 1, 7];
+        let s = landing_split(&series, 0.1, 1.0, 25.0);
+        let first = s.first.expect("reached");
+        assert!((first - 100.0).abs() < 1e-9, "{first}");
+        // 34 - 25 = 9 MiB over 0.7 - 0.25 = 0.45 s.
+        let after = s.after.expect("time left");
+        assert!((after - 20.0).abs() < 1e-9, "{after}");
+        assert_eq!(
+            landing_split(&series, 0.1, 1.0, 1000.0),
+            LandingSplit {
+                first: None,
+                after: None
+            }
         );
     }
 }
