@@ -165,6 +165,21 @@ fn slow_hdd_reads_make_migration_wait_then_it_proceeds() {
     // be restored by demotions.
     rig.write_new(12);
     assert_eq!(rig.vol.free_slots(Tier::Ssd), 0);
+    // New data has just landed: the refill waits for the writes to pause
+    // (`speculative-idle`, 250 ms), asking for no sleep.
+    assert_eq!(
+        rig.round(),
+        (0, Duration::ZERO),
+        "no refill while new data lands"
+    );
+    assert_eq!(rig.vol.free_slots(Tier::Ssd), 0);
+    // The writes pause; one rewrite in place (no new data) keeps the
+    // write rate up, so the reserve is refilled at once, not when the HDD
+    // is free of users.
+    rig.clock.advance(Duration::from_millis(300));
+    rig.vol
+        .write(0, &vec![9u8; EXTENT as usize], false)
+        .expect("rewrite");
     rig.slow_read(200);
     let lat = rig.vol.hdd_read_latency().expect("a fresh sample");
     assert_eq!(lat, Duration::from_millis(200));
@@ -181,6 +196,7 @@ fn slow_hdd_reads_make_migration_wait_then_it_proceeds() {
     let lat = rig.vol.hdd_read_latency().expect("fresh");
     assert!(lat < Duration::from_millis(100), "{lat:?}");
     rig.write_new(2);
+    rig.clock.advance(Duration::from_millis(300));
     let (moved, slept) = rig.round();
     assert_eq!(slept, Duration::ZERO);
     assert!(moved >= 2, "{moved}");
@@ -193,6 +209,7 @@ fn slow_hdd_reads_make_migration_wait_then_it_proceeds() {
     rig.clock.advance(Duration::from_secs(2));
     assert_eq!(rig.vol.hdd_read_latency(), None);
     rig.write_new(2);
+    rig.clock.advance(Duration::from_millis(300));
     let (moved, slept) = rig.round();
     assert_eq!(slept, Duration::ZERO);
     // The reserve refill, and maybe the much-read extent's promotion.
