@@ -8,7 +8,10 @@
 # pre-filled through NBD with the same fio job, then every job in
 # benchmarks/fio/ runs against each server, ROUNDS times, the server order
 # rotating from round to round since the VM is noisy. Ratios are tierd's
-# IOPS over each reference's, from the means over rounds.
+# IOPS over each reference's, from the means over rounds. Each row also
+# reports each server's CPU time per request (user + system time of the
+# server's process during the job, from /proc, over the job's requests; for
+# tierd this includes its migrator and everything else it runs).
 #
 # Usage: benchmarks/fio-vs-nbdkit.sh [--quick] [--runtime S] [--rounds N]
 #          [--size SIZE] [--json FILE] [--workdir DIR] [--keep]
@@ -179,10 +182,24 @@ uri_of() {
     esac
 }
 
+pid_of() {
+    case "$1" in
+        tierd) echo "$tierd_pid" ;;
+        nbdkit) echo "$nbdkit_pid" ;;
+        qemu-nbd) echo "$qemu_pid" ;;
+    esac
+}
+
+# cpu_ticks PID: user + system clock ticks of a process (all its threads).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+clk_tck=$(getconf CLK_TCK)
+
 # run_fio SERVER JOB ROUND RUNTIME -> fio JSON in $workdir/out
 run_fio() {
-    local server=$1 job=$2 round=$3 rt=$4 out
+    local server=$1 job=$2 round=$3 rt=$4 out pid ticks0 ticks
     out="$workdir/out/$round-$job-$server.json"
+    pid=$(pid_of "$server")
+    ticks0=$(cpu_ticks "$pid")
     if ! NBD_URI=$(uri_of "$server") SIZE=$size RUNTIME=$rt \
         fio --output-format=json --output="$out" "$fiodir/$job.fio"; then
         cat "$out" >&2 || true
@@ -191,9 +208,11 @@ run_fio() {
     for p in $tierd_pid $nbdkit_pid $qemu_pid; do
         kill -0 "$p" 2>/dev/null || die "a server died during $job against $server (logs in $workdir)"
     done
+    ticks=$(($(cpu_ticks "$pid") - ticks0))
     # IOPS and bandwidth add both directions (the mixed job has both);
     # latency is that of the direction with more I/O.
-    jq -c --arg server "$server" --arg job "$job" --argjson round "$round" '
+    jq -c --arg server "$server" --arg job "$job" --argjson round "$round" \
+        --argjson ticks "$ticks" --argjson tck "$clk_tck" '
         .jobs[0] as $j
         | if $j.error != 0 then error("fio job error \($j.error)") else . end
         | (if $j.read.total_ios >= $j.write.total_ios then $j.read else $j.write end) as $d
@@ -202,8 +221,10 @@ run_fio() {
            mib_s: (($j.read.bw_bytes + $j.write.bw_bytes) / 1048576),
            lat_mean_us: ($d.clat_ns.mean / 1000),
            lat_p99_us: (($d.clat_ns.percentile["99.000000"] // 0) / 1000),
-           ios: ($j.read.total_ios + $j.write.total_ios), runtime_ms: $d.runtime}' "$out" >>"$points"
-    jq -r '"  \(.job) \(.server) round \(.round): \(.iops | floor) IOPS, \(.mib_s * 10 | round / 10) MiB/s"' \
+           ios: ($j.read.total_ios + $j.write.total_ios), runtime_ms: $d.runtime,
+           cpu_s: ($ticks / $tck),
+           cpu_us_per_io: ($ticks / $tck * 1e6 / ([$j.read.total_ios + $j.write.total_ios, 1] | max))}' "$out" >>"$points"
+    jq -r '"  \(.job) \(.server) round \(.round): \(.iops | floor) IOPS, \(.mib_s * 10 | round / 10) MiB/s, \(.cpu_us_per_io | round) us CPU/request"' \
         <<<"$(tail -n1 "$points")" >&2
 }
 
@@ -243,9 +264,11 @@ summary=$(jq -s -c --arg jobs "$jobs" --arg refs "$refs" '
         | ($g | map(select(.server == "tierd"))) as $t
         | {job: $g[0].job,
            tierd_iops: ($t | map(.iops) | mean), tierd_mib_s: ($t | map(.mib_s) | mean),
+           tierd_cpu_us_per_io: ($t | map(.cpu_us_per_io) | mean),
            tierd_iops_min: ($t | map(.iops) | min), tierd_iops_max: ($t | map(.iops) | max)}
         | .refs = ($refs | map(. as $r | ($g | map(select(.server == $r))) as $n
             | {server: $r, iops: ($n | map(.iops) | mean), mib_s: ($n | map(.mib_s) | mean),
+               cpu_us_per_io: ($n | map(.cpu_us_per_io) | mean),
                iops_min: ($n | map(.iops) | min), iops_max: ($n | map(.iops) | max)}))
         | .tierd_iops as $ti
         | .refs |= map(.ratio = ($ti / .iops))
@@ -266,6 +289,20 @@ echo "$header"
 echo "$rule"
 jq -r '.[] | "| \(.job) | \(.tierd_iops | round) | \(.tierd_mib_s * 10 | round / 10) |"
     + (.refs | map(" \(.iops | round) | \(.ratio * 100 | round / 100)\(if .ratio < 1 then " (below 1.0)" else "" end) |") | join(""))' <<<"$summary"
+echo
+echo "server CPU time per request (user + system, us):"
+echo
+header="| job | tierd |"
+rule="|---|---:|"
+for r in $refs; do
+    header="$header $r | tierd/$r |"
+    rule="$rule---:|---:|"
+done
+echo "$header"
+echo "$rule"
+jq -r '.[] | .tierd_cpu_us_per_io as $t
+    | "| \(.job) | \($t * 10 | round / 10) |"
+    + (.refs | map(" \(.cpu_us_per_io * 10 | round / 10) | \(if .cpu_us_per_io > 0 then ($t / .cpu_us_per_io * 100 | round / 100 | tostring) + "x" else "-" end) |") | join(""))' <<<"$summary"
 echo
 below=$(jq -r '[.[] | select(.ratio < 1)] | length' <<<"$summary")
 echo "rows where tierd trails a reference: $below of $(jq length <<<"$summary")"
