@@ -38,6 +38,10 @@ struct Inner {
     closed: [bool; 2],
 }
 
+/// Slots given back kept as hints for moves, at most (256 KiB): a trim of
+/// a terabyte gives back a million slots, and a move wants one of the last.
+const RECENT_MAX: usize = 1 << 16;
+
 /// One tier's free slots.
 struct Free {
     /// One bit per slot, set while it is free.
@@ -117,8 +121,11 @@ impl Free {
             }
             self.cursor = self.cursor.min(w);
             self.recent.push(slot);
-            if self.recent.len() > 2 * self.count as usize + 64 {
-                // Mostly entries new data took since: keep the free ones.
+            if self.recent.len() > RECENT_MAX {
+                // Only the latest are worth keeping (a move wants a slot
+                // near what just left); older hints go, and so do those new
+                // data took since.
+                self.recent.drain(..RECENT_MAX / 2);
                 let bits = &self.bits;
                 self.recent
                     .retain(|s| bits[(s / 64) as usize] & (1u64 << (s % 64)) != 0);
@@ -316,6 +323,26 @@ mod tests {
         assert!(!rest.contains(&64) && !rest.contains(&65));
         assert_eq!(rest.last(), Some(&129));
         assert_eq!(a.free_count(Tier::Hdd), 0);
+    }
+
+    #[test]
+    fn the_hints_for_moves_stay_bounded_and_keep_the_latest() {
+        let n = 3 * RECENT_MAX as u32;
+        let used = (0..n).map(|slot| Loc {
+            tier: Tier::Hdd,
+            slot,
+        });
+        let a = Allocator::new([0, n], used);
+        for slot in 0..n {
+            a.free_now(Loc {
+                tier: Tier::Hdd,
+                slot,
+            });
+        }
+        assert!(a.inner.lock().free[Tier::Hdd.index()].recent.len() <= RECENT_MAX);
+        assert_eq!(a.free_count(Tier::Hdd), n, "every slot free once");
+        assert_eq!(a.alloc(&[Tier::Hdd]).map(|l| l.slot), Some(n - 1));
+        assert_eq!(a.alloc_new(&[Tier::Hdd]).map(|l| l.slot), Some(0));
     }
 
     #[test]
