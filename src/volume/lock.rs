@@ -30,6 +30,42 @@ const READERS: u32 = PARKED - 1;
 /// on a fast SSD), and a futex sleep costs two system calls.
 const SPINS: u32 = 64;
 
+/// What a taker of one kind of hold waits for and does to the word.
+struct How {
+    /// Bits that keep it waiting.
+    blocked: u32,
+    /// The word once it holds the lock.
+    taken: fn(u32) -> u32,
+    /// Bits it sets while it sleeps.
+    sleeping: u32,
+}
+
+/// A reader: waits while a writer holds the lock or waits for it.
+const SHARED: How = How {
+    blocked: WRITER | WRITER_WAITING,
+    taken: add_reader,
+    sleeping: PARKED,
+};
+
+/// A writer: waits while anyone holds the lock, and says it waits while it
+/// sleeps. Taking the lock clears "a writer waits" even if another writer
+/// still waits: that one sets it again when it wakes (every sleeper is
+/// woken when this writer releases the lock).
+const EXCLUSIVE: How = How {
+    blocked: WRITER | READERS,
+    taken: take_writer,
+    sleeping: PARKED | WRITER_WAITING,
+};
+
+fn add_reader(s: u32) -> u32 {
+    assert!(s & READERS != READERS, "an extent lock's readers overflow");
+    s + 1
+}
+
+fn take_writer(s: u32) -> u32 {
+    (s & !WRITER_WAITING) | WRITER
+}
+
 /// The lock.
 #[derive(Debug, Default)]
 pub(crate) struct RawLock(AtomicU32);
@@ -40,119 +76,82 @@ impl RawLock {
         RawLock(AtomicU32::new(0))
     }
 
-    /// Take the shared lock if no writer holds it or waits for it.
+    /// Take the shared lock if no writer holds it or waits for it. (`then`,
+    /// not `then_some`: a guard made eagerly and dropped on failure would
+    /// release a hold never taken.)
     pub(crate) fn try_read(&self) -> Option<ReadGuard<'_>> {
-        let mut s = self.0.load(Ordering::Relaxed);
-        loop {
-            if s & (WRITER | WRITER_WAITING) != 0 {
-                return None;
-            }
-            match self.add_reader(s) {
-                Ok(()) => return Some(ReadGuard(self)),
-                Err(now) => s = now,
-            }
-        }
+        self.try_take(&SHARED).then(|| ReadGuard(self))
     }
 
     /// Wait for the shared lock.
     pub(crate) fn read(&self) -> ReadGuard<'_> {
-        let mut s = self.0.load(Ordering::Relaxed);
-        let mut spins = 0;
-        loop {
-            if s & (WRITER | WRITER_WAITING) == 0 {
-                match self.add_reader(s) {
-                    Ok(()) => return ReadGuard(self),
-                    Err(now) => {
-                        s = now;
-                        continue;
-                    }
-                }
-            }
-            if spins < SPINS {
-                spins += 1;
-                std::hint::spin_loop();
-                s = self.0.load(Ordering::Relaxed);
-                continue;
-            }
-            s = self.sleep(s, PARKED);
-        }
+        self.take(&SHARED);
+        ReadGuard(self)
     }
 
     /// Take the exclusive lock if nobody holds it.
     pub(crate) fn try_write(&self) -> Option<WriteGuard<'_>> {
-        let mut s = self.0.load(Ordering::Relaxed);
-        loop {
-            if s & (WRITER | READERS) != 0 {
-                return None;
-            }
-            match self.take_writer(s) {
-                Ok(()) => return Some(WriteGuard(self)),
-                Err(now) => s = now,
-            }
-        }
+        self.try_take(&EXCLUSIVE).then(|| WriteGuard(self))
     }
 
     /// Wait for the exclusive lock.
     pub(crate) fn write(&self) -> WriteGuard<'_> {
+        self.take(&EXCLUSIVE);
+        WriteGuard(self)
+    }
+
+    /// Take the lock `how` asks for if nothing blocks it now.
+    fn try_take(&self, how: &How) -> bool {
         let mut s = self.0.load(Ordering::Relaxed);
+        while s & how.blocked == 0 {
+            match self.0.compare_exchange_weak(
+                s,
+                (how.taken)(s),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => s = now,
+            }
+        }
+        false
+    }
+
+    /// Wait for the lock `how` asks for: spin a little, then sleep.
+    fn take(&self, how: &How) {
         let mut spins = 0;
         loop {
-            if s & (WRITER | READERS) == 0 {
-                match self.take_writer(s) {
-                    Ok(()) => return WriteGuard(self),
-                    Err(now) => {
-                        s = now;
-                        continue;
-                    }
-                }
+            if self.try_take(how) {
+                return;
+            }
+            let s = self.0.load(Ordering::Relaxed);
+            if s & how.blocked == 0 {
+                // Freed meanwhile: try again at once.
+                continue;
             }
             if spins < SPINS {
                 spins += 1;
                 std::hint::spin_loop();
-                s = self.0.load(Ordering::Relaxed);
                 continue;
             }
-            s = self.sleep(s, PARKED | WRITER_WAITING);
+            self.sleep(s, how.sleeping);
         }
     }
 
-    fn add_reader(&self, s: u32) -> Result<(), u32> {
-        assert!(s & READERS != READERS, "an extent lock's readers overflow");
-        self.0
-            .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
-            .map(|_| ())
-    }
-
-    /// Take the lock for a writer; clearing "a writer waits" is right even
-    /// if another writer still waits: it sets it again when it wakes (every
-    /// sleeper is woken when this writer releases the lock).
-    fn take_writer(&self, s: u32) -> Result<(), u32> {
-        self.0
-            .compare_exchange_weak(
-                s,
-                (s & !WRITER_WAITING) | WRITER,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            )
-            .map(|_| ())
-    }
-
-    /// Set `bits` and sleep while the word stays as set; the word as it is
-    /// on return. The kernel compares the word before sleeping, so a
-    /// release between the set and the sleep (which clears `PARKED`) is
-    /// never missed.
-    fn sleep(&self, s: u32, bits: u32) -> u32 {
+    /// Set `bits` in the word `s` and sleep while it stays so (returning
+    /// at once if it changed first). The kernel compares the word before
+    /// sleeping, so a release between the set and the sleep (which clears
+    /// `PARKED`) is never missed.
+    fn sleep(&self, s: u32, bits: u32) {
         let want = s | bits;
-        if want != s {
-            if let Err(now) = self
+        if want == s
+            || self
                 .0
                 .compare_exchange(s, want, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                return now;
-            }
+                .is_ok()
+        {
+            atomic_wait::wait(&self.0, want);
         }
-        atomic_wait::wait(&self.0, want);
-        self.0.load(Ordering::Relaxed)
     }
 
     /// Wake every sleeper if `prev` says there are some (and clear the mark,
