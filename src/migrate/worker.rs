@@ -485,23 +485,18 @@ impl Migrator {
             {
                 n += 1;
             }
-            if reserve && self.vol.new_data_idle() < cfg.speculative_idle {
-                // New data is landing: refilling the reserve now would take
-                // SSD time from writes landing at flash speed (a refill
-                // reads the data it moves), and once the reserve is gone,
-                // HDD time from writes spilling past it, for nothing: the
-                // burst's data reaches the HDD either way, and the refill
-                // only adds a read and seeks. The reserve refills once
-                // writes of new data pause (Fusion Drive keeps its 4 GB
-                // free the same way, after the burst).
-                report.deferred += n;
-                p.queued.fetch_sub(n as u64, Ordering::Relaxed);
-                k += n;
-                continue;
-            }
-            if first.speculative && !self.hdd_free_of_users(&cfg) {
-                // A guess waits while users keep the HDD busy: it is
-                // planned again next round.
+            // Work that waits is planned again next round:
+            // - a refill of the reserve while new data lands: it would take
+            //   SSD time from writes landing at flash speed (a refill reads
+            //   the data it moves), and once the reserve is gone, HDD time
+            //   from writes spilling past it, for nothing: the burst's data
+            //   reaches the HDD either way, and the refill only adds a read
+            //   and seeks. The reserve refills once writes of new data pause
+            //   (Fusion Drive keeps its 4 GB free the same way, after the
+            //   burst);
+            // - a guess while users keep the HDD busy.
+            let landing = reserve && self.vol.new_data_idle() < cfg.speculative_idle;
+            if landing || (first.speculative && !self.hdd_free_of_users(&cfg)) {
                 report.deferred += n;
                 p.queued.fetch_sub(n as u64, Ordering::Relaxed);
                 k += n;
