@@ -27,6 +27,12 @@ pub struct MigrateConfig {
     /// the time it has, so a workload that keeps the HDD busy runs at
     /// least `1 - share` of the HDD's own speed. 1: no limit.
     pub admission_share: f64,
+    /// The share of a busy HDD's time the background policy's promotions
+    /// (and the swaps that make room for them) may take beyond the HDD
+    /// time the SSD saves the users (0 to 1; `volume::budget`): a
+    /// workload that keeps the HDD busy runs at least `1 - share` of the
+    /// HDD's own speed while promotions do not pay. 1: no limit.
+    pub promote_share: f64,
     /// Time between planning rounds.
     #[serde(with = "crate::units::duration_secs")]
     pub interval: Duration,
@@ -71,6 +77,7 @@ impl Default for MigrateConfig {
             enabled: true,
             admission: false,
             admission_share: 0.05,
+            promote_share: 0.02,
             interval: Duration::from_secs(1),
             bandwidth: ByteSize(128 << 20),
             reserve_boost: 2.0,
@@ -94,11 +101,13 @@ impl MigrateConfig {
             return Err(InvalidKey::new("migrate.interval", "must be above zero"));
         }
         self.policy.validate()?;
-        if !(0.0..=1.0).contains(&self.admission_share) {
-            return Err(InvalidKey::new(
-                "migrate.admission-share",
-                "must be between 0 and 1",
-            ));
+        for (key, share) in [
+            ("migrate.admission-share", self.admission_share),
+            ("migrate.promote-share", self.promote_share),
+        ] {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(InvalidKey::new(key, "must be between 0 and 1"));
+            }
         }
         if !self.reserve_boost.is_finite() || self.reserve_boost < 0.0 {
             return Err(InvalidKey::new("migrate.reserve-boost", NOT_NEGATIVE));

@@ -1,6 +1,7 @@
 //! Background migration: admission at the miss ([`admit`]), the placement
 //! [`policy`] over the [`candidates`] that can move (their busy [`zones`]
-//! included), a [`bucket`] to pace background I/O, and the [`worker`] that
+//! included), a [`bucket`] to pace background I/O, what of a batch the
+//! HDD time budget pays for ([`pay`]), and the [`worker`] that
 //! plans rounds and moves extents with the crash-safe copy protocol
 //! ([`copy`]) over the volume's move steps, as its [`knobs`] say.
 
@@ -9,6 +10,7 @@ pub mod bucket;
 pub mod candidates;
 pub mod copy;
 pub mod knobs;
+mod pay;
 pub mod policy;
 pub mod worker;
 pub mod zones;

@@ -22,6 +22,7 @@ use tracing::{debug, error, warn};
 use super::bucket::TokenBucket;
 use super::candidates::{all_candidates, candidates};
 use super::knobs::MigrateConfig;
+use super::pay::Allowance;
 use super::policy::{effective, plan, PlanInput};
 use crate::device::IoClass;
 use crate::heat::HeatMap;
@@ -59,6 +60,9 @@ pub struct RoundReport {
     pub precleaned: usize,
     /// Speculative moves left for a later round: the HDD was serving users.
     pub deferred: usize,
+    /// Of those, promotions and their swaps the placement budget had no
+    /// HDD time for (`migrate.promote-share`).
+    pub paced: usize,
 }
 
 impl RoundReport {
@@ -137,6 +141,9 @@ pub struct Migrator {
     cfg: Mutex<MigrateConfig>,
     bucket: Mutex<TokenBucket>,
     reserve_bucket: Mutex<TokenBucket>,
+    /// Smoothed HDD time of one placement move (ns), sizing the batches
+    /// the placement budget pays for.
+    move_cost: AtomicU64,
     /// The capacity tier's link the budget was last sized with.
     link: Mutex<Option<crate::device::LinkEstimate>>,
     paused: AtomicBool,
@@ -252,6 +259,8 @@ impl Migrator {
                 now,
             )),
             reserve_bucket: Mutex::new(TokenBucket::new(cfg.bandwidth.0, burst, now)),
+            // An extent's read and a victim's write on a 5400 rpm disk.
+            move_cost: AtomicU64::new(40_000_000),
             link: Mutex::new(vol.hdd_link()),
             vol,
             heat,
@@ -370,6 +379,7 @@ impl Migrator {
         let vol = &self.vol;
         vol.set_admission(cfg.admission);
         vol.set_admission_share(cfg.admission_share);
+        vol.set_placement_share(cfg.promote_share);
         // What admission left waiting (no admitting thread, or a burst).
         if cfg.admission && !self.paused() {
             if let Err(e) = super::admit::admit_pending(vol) {
@@ -502,10 +512,41 @@ impl Migrator {
                 k += n;
                 continue;
             }
-            let batch: Vec<(u64, Reason)> = moves[k..k + n]
-                .iter()
-                .map(|m| (m.extent, m.reason))
-                .collect();
+            // Promotions, and the swaps making room for them, go as far as
+            // the HDD time they may spend (`super::pay`); the rest is
+            // planned again next round.
+            let placement = matches!(
+                first.reason,
+                Reason::Hot | Reason::Near | Reason::Cold | Reason::Idle
+            );
+            let mut chosen: Option<Vec<(u64, Reason)>> = None;
+            let budgeted = placement && !self.hdd_free_of_users(&cfg);
+            if placement && !budgeted {
+                n = super::pay::first_run(vol, &moves[k..k + n]);
+            }
+            if budgeted {
+                let allow = Allowance::new(
+                    vol.placement_budget(),
+                    self.move_cost.load(Ordering::Relaxed) as f64 / 1e9,
+                    vol.hdd_service_time().as_secs_f64(),
+                );
+                let go = super::pay::select(vol, &self.heat, &moves[k..k + n], allow);
+                let left = n - go.len();
+                report.deferred += left;
+                report.paced += left;
+                p.queued.fetch_sub(left as u64, Ordering::Relaxed);
+                if go.is_empty() {
+                    k += n;
+                    continue;
+                }
+                chosen = Some(go);
+            }
+            let batch: Vec<(u64, Reason)> = chosen.unwrap_or_else(|| {
+                moves[k..k + n]
+                    .iter()
+                    .map(|m| (m.extent, m.reason))
+                    .collect()
+            });
             k += n;
             // Yield to foreground I/O: many requests in flight, or HDD reads
             // already slow (every move reads or writes the HDD). Moves for
@@ -532,8 +573,32 @@ impl Migrator {
             } else {
                 &self.bucket
             };
-            let mut pace = |n: u64| self.pace(bucket, n);
+            let mut waited = Duration::ZERO;
+            let mut pace = |n: u64| waited += self.pace(bucket, n);
+            let t0 = vol.clock().io_now();
             let result = super::copy::migrate_batch(vol, &batch, first.to, &mut pace);
+            if budgeted {
+                // The batch's device time: its span less the bandwidth
+                // cap's waits.
+                let took = vol
+                    .clock()
+                    .io_now()
+                    .saturating_sub(t0)
+                    .saturating_sub(waited);
+                vol.placement_spent(took);
+                let moved = result.as_ref().map_or(0, |o| {
+                    o.iter()
+                        .filter(|(_, o)| matches!(o, MoveOutcome::Moved(_)))
+                        .count()
+                });
+                if moved > 0 {
+                    // A smoothed cost per move sizes the next batches.
+                    let per = took.as_nanos() as u64 / moved as u64;
+                    let old = self.move_cost.load(Ordering::Relaxed);
+                    self.move_cost
+                        .store(old - old / 4 + per / 4, Ordering::Relaxed);
+                }
+            }
             p.queued.fetch_sub(batch.len() as u64, Ordering::Relaxed);
             match result {
                 Ok(outcomes) => {
@@ -634,7 +699,9 @@ impl Migrator {
             self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
             let batch: Vec<(u64, Reason)> =
                 chunk.iter().map(|(e, _)| (*e, Reason::Evacuate)).collect();
-            let mut pace = |n: u64| self.pace(&self.bucket, n);
+            let mut pace = |n: u64| {
+                self.pace(&self.bucket, n);
+            };
             let result = super::copy::migrate_batch(vol, &batch, to, &mut pace);
             p.queued.fetch_sub(batch.len() as u64, Ordering::Relaxed);
             match result {
@@ -713,7 +780,9 @@ impl Migrator {
             *self.preclean_none.lock() = Some((changes, now));
             return false;
         }
-        let mut pace = |n: u64| self.pace(&self.bucket, n);
+        let mut pace = |n: u64| {
+            self.pace(&self.bucket, n);
+        };
         match super::copy::preclean_batch(vol, &batch, &mut pace) {
             Ok(outcomes) => {
                 for (_, o) in outcomes {
@@ -778,7 +847,9 @@ impl Migrator {
                 break;
             }
             self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
-            let mut pace = |n: u64| self.pace(&self.reserve_bucket, n);
+            let mut pace = |n: u64| {
+                self.pace(&self.reserve_bucket, n);
+            };
             match super::copy::write_back_batch(vol, batch, &mut pace) {
                 Ok(outcomes) => {
                     for (_, o) in outcomes {
@@ -813,13 +884,14 @@ impl Migrator {
     /// Take `bytes` from `bucket` and sleep for the wait it says. Called
     /// even with nothing to wait for: on the virtual clock this is where a
     /// copy's device time elapses.
-    fn pace(&self, bucket: &Mutex<TokenBucket>, bytes: u64) {
+    fn pace(&self, bucket: &Mutex<TokenBucket>, bytes: u64) -> Duration {
         let clock = self.vol.clock();
         let wait = bucket.lock().take(bytes, clock.now());
         self.progress
             .throttle_ns
             .fetch_add(wait.as_nanos() as u64, Ordering::Relaxed);
         clock.sleep(wait);
+        wait
     }
 
     /// Run rounds on a background thread until stopped.

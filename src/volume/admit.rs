@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::budget::{HddBudget, ADMISSION_BURST};
 use super::geometry::Tier;
 use super::stats::Stats;
 use super::{Volume, VolumeResult};
@@ -61,66 +62,9 @@ const PENDING_MAX: usize = 64;
 /// Queue entries a search for a clean victim looks at, at most.
 const VICTIM_SCAN: usize = 256;
 
-/// HDD time a burst of admissions may spend at once, at most (seconds): a
-/// dozen extents' copies, so a user arriving after a quiet spell finds the
-/// HDD busy with admissions for a fraction of a second at worst.
-const BURST_SECS: f64 = 0.25;
-
-/// The HDD time admissions may spend: a token bucket in seconds of device
-/// time. It fills with the time the HDD served no user (less what
-/// admissions took of it), and with `share` of the time it served users,
-/// so on a busy HDD admissions add at most that share to the users' time
-/// and on an idle one they take what nobody else wants.
-#[derive(Debug)]
-struct Budget {
-    tokens: f64,
-    /// When it was last filled (the volume's clock) and the HDD's
-    /// foreground busy time then; `None` before the first use.
-    last: Option<(std::time::Duration, std::time::Duration)>,
-    /// Admission time not yet matched by time passing.
-    spent: f64,
-    share: f64,
-}
-
-impl Budget {
-    /// Fill the bucket for the time up to `now`, the HDD's users having
-    /// been busy `busy_total` since the volume opened; whether it holds
-    /// time to spend.
-    fn refill(&mut self, now: std::time::Duration, busy_total: std::time::Duration) -> bool {
-        if self.share >= 1.0 {
-            return true;
-        }
-        let (elapsed, busy) = match self.last {
-            Some((at, busy_then)) => {
-                let elapsed = now.saturating_sub(at).as_secs_f64();
-                let busy = busy_total.saturating_sub(busy_then).as_secs_f64();
-                (elapsed, busy.min(elapsed))
-            }
-            None => (0.0, 0.0),
-        };
-        // The users get their time; admissions the share of it, and
-        // whatever neither the users nor admissions used. Admission time
-        // not yet matched by time passing is carried over: on a clock that
-        // catches up with device time later (the bench's), the catching
-        // up is not idle time.
-        let idle = elapsed - busy;
-        let free = (idle - self.spent).max(0.0);
-        self.spent = (self.spent - idle).max(0.0);
-        self.tokens = (self.tokens + self.share * busy + free).min(BURST_SECS);
-        self.last = Some((now, busy_total));
-        self.tokens > 0.0
-    }
-
-    /// An admission took `secs` of device time.
-    fn spend(&mut self, secs: f64) {
-        self.tokens -= secs;
-        self.spent += secs;
-    }
-}
-
 /// The order and the candidates; one per volume.
 pub(crate) struct Admission {
-    budget: Mutex<Budget>,
+    budget: Mutex<HddBudget>,
     /// Per extent: read count (bits 0-1), queue membership, pending. Made
     /// the first time admission is turned on: a volume that never admits
     /// does not pay a byte per extent for it.
@@ -179,12 +123,7 @@ pub enum Class {
 impl Admission {
     pub(crate) fn new(extents: u64) -> Self {
         Admission {
-            budget: Mutex::new(Budget {
-                tokens: BURST_SECS,
-                last: None,
-                spent: 0.0,
-                share: 1.0,
-            }),
+            budget: Mutex::new(HddBudget::new(1.0, ADMISSION_BURST, ADMISSION_BURST)),
             state: std::sync::OnceLock::new(),
             extents,
             q: Mutex::new(Queues::default()),
@@ -287,11 +226,16 @@ impl Volume {
         self.admission.budget.lock().share = share.clamp(0.0, 1.0);
     }
 
-    /// Whether an admission may use the HDD now (see `Budget`): the bucket
-    /// is filled for the time since it last was, and it must not be empty.
+    /// Whether an admission may use the HDD now (see `super::budget`):
+    /// the bucket is filled for the time since it last was, and it must
+    /// not be empty.
     pub fn admission_may_spend(&self) -> bool {
         let (now, busy) = (self.clock.now(), self.hdd_foreground_busy());
-        self.admission.budget.lock().refill(now, busy)
+        self.admission
+            .budget
+            .lock()
+            .refill(now, busy, self.hdd_time_saved())
+            > 0.0
     }
 
     /// An admission took `d` of device time.
@@ -524,58 +468,5 @@ impl Volume {
             return Some((e, clean));
         }
         None
-    }
-}
-
-#[cfg(test)]
-mod budget_tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    #[test]
-    fn a_busy_hdd_gives_admissions_their_share_and_an_idle_one_all_of_it() {
-        let mut b = Budget {
-            tokens: 0.0,
-            last: None,
-            spent: 0.0,
-            share: 0.1,
-        };
-        assert!(!b.refill(ms(0), ms(0)), "empty at first");
-        // Users kept the HDD busy for the whole second: 0.1 s to spend.
-        assert!(b.refill(ms(1000), ms(1000)));
-        assert!((b.tokens - 0.1).abs() < 1e-9, "{}", b.tokens);
-        // An admission takes 0.1 s; the users' time goes on as before:
-        // nothing of the admission's own time comes back as idle time.
-        b.spend(0.1);
-        assert!(!b.refill(ms(1100), ms(1000)));
-        assert!(b.tokens.abs() < 1e-9, "{}", b.tokens);
-        // Overlapping requests count their time once: busy is at most the
-        // time that passed.
-        assert!(b.refill(ms(1200), ms(5000)));
-        assert!((b.tokens - 0.01).abs() < 1e-9, "{}", b.tokens);
-        // An idle second: all of it, up to the burst.
-        assert!(b.refill(ms(2200), ms(5000)));
-        assert!((b.tokens - BURST_SECS).abs() < 1e-9, "{}", b.tokens);
-        // Admission time the clock has not caught up with yet is no idle
-        // time when it does: 0.1 s spent at once, then 0.05 s pass with
-        // no user (the clock catching up), then 0.1 s more.
-        b.tokens = 0.0;
-        b.spend(0.1);
-        assert!(!b.refill(ms(2200), ms(5000)));
-        assert!(!b.refill(ms(2250), ms(5000)), "{b:?}");
-        // Of the 0.15 s that passed, 0.05 s were idle: the 0.1 s spent is
-        // owed still, less those.
-        assert!(!b.refill(ms(2350), ms(5000)));
-        assert!((b.tokens + 0.05).abs() < 1e-9, "{}", b.tokens);
-        assert!(b.refill(ms(2450), ms(5000)));
-        assert!((b.tokens - 0.05).abs() < 1e-9, "{}", b.tokens);
-        // No limit at share 1.
-        b.share = 1.0;
-        b.spend(10.0);
-        assert!(b.refill(ms(2200), ms(5000)));
     }
 }

@@ -209,6 +209,9 @@ impl Volume {
             self.hdd_foreground_done(io0);
         }
         self.heat.record(offset, len, hint);
+        if tier == Tier::Ssd {
+            self.ssd_foreground_read();
+        }
         if tier == Tier::Ssd && self.admission_enabled() {
             self.note_hit(p.extent);
         } else if tier == Tier::Hdd {
@@ -259,6 +262,7 @@ impl Volume {
             let t = m.loc.tier.index();
             hits[t] += 1;
             if m.loc.tier == Tier::Ssd {
+                self.ssd_foreground_read();
                 if hits_on {
                     self.note_hit(p.extent);
                 }

@@ -8,6 +8,7 @@
 
 mod admit;
 mod alloc;
+mod budget;
 mod error;
 mod extent;
 mod geometry;
@@ -197,8 +198,13 @@ pub struct Volume {
     hdd_latency: io::Latency,
     /// When the HDD last served foreground I/O (ns on the volume's clock).
     hdd_fg_at: std::sync::atomic::AtomicU64,
-    /// Time the HDD spent on foreground I/O (summed over requests, ns).
-    hdd_fg_busy: std::sync::atomic::AtomicU64,
+    /// Time the HDD spent on foreground I/O, overlapping requests counted
+    /// once, and how many requests it served (see `budget`).
+    hdd_fg_time: Mutex<budget::BusyTime>,
+    /// HDD time the SSD saved foreground reads (ns, see `budget`).
+    ssd_saved: std::sync::atomic::AtomicU64,
+    /// HDD time the migrator's promotions may spend (see `budget`).
+    placement: Mutex<budget::HddBudget>,
     /// When a foreground write last took a slot for new data (volume
     /// clock, ns; `u64::MAX`: never).
     new_data_at: std::sync::atomic::AtomicU64,
@@ -295,10 +301,7 @@ impl Volume {
             let now = self.clock.now();
             self.hdd_fg_at
                 .store(now.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-            self.hdd_fg_busy.fetch_add(
-                self.clock.io_now().saturating_sub(t0).as_nanos() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            self.hdd_fg_time.lock().add(t0, self.clock.io_now());
         }
     }
 
@@ -325,9 +328,9 @@ impl Volume {
     }
 
     /// Time the HDD has spent on foreground I/O since the volume opened,
-    /// summed over requests (overlapping ones count twice).
+    /// overlapping requests counted once.
     pub fn hdd_foreground_busy(&self) -> std::time::Duration {
-        std::time::Duration::from_nanos(self.hdd_fg_busy.load(std::sync::atomic::Ordering::Relaxed))
+        self.hdd_fg_time.lock().busy
     }
 
     /// Smoothed latency of foreground HDD reads (on the volume's clock),

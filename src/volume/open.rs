@@ -374,7 +374,13 @@ impl Volume {
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
             hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
-            hdd_fg_busy: std::sync::atomic::AtomicU64::new(0),
+            hdd_fg_time: Mutex::new(super::budget::BusyTime::default()),
+            ssd_saved: std::sync::atomic::AtomicU64::new(0),
+            placement: Mutex::new(super::budget::HddBudget::new(
+                1.0,
+                super::budget::PLACEMENT_IDLE_BURST,
+                super::budget::PLACEMENT_BURST,
+            )),
             new_data_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             // Off until the migrator's `migrate.admission` turns it on.
             admission: super::admit::Admission::new(logical),
