@@ -6,8 +6,9 @@
 # region. Promotions earned by uniform random reads never pay back in a
 # short row; `migrate.promote-share` bounds what they take of the HDD.
 #
-#   benchmarks/daemon-drive-rows.sh [TIERD_BINARY ...]
+#   [SHARE=0.02] benchmarks/daemon-drive-rows.sh [TIERD_BINARY ...]
 #
+# SHARE sets the hybrid's `migrate.promote-share` (default: the binary's).
 # Per binary, two volumes of 1 GiB ssd-sata + 8 GiB hdd-5400 (reserve
 # 256 MiB), each with 2 GiB of data written first (the region, 512 MiB from
 # 1536 MiB on, lies on the HDD):
@@ -27,6 +28,7 @@ one() { # BIN KIND -> IOPS of the row
     dir=$(mktemp -d /var/tmp/drive-rows.XXXX)
     local env=()
     [ "$kind" = hdd ] && env=(TIERD_MIGRATE__ENABLED=false)
+    [ "$kind" = hybrid ] && [ -n "${SHARE:-}" ] && env=(TIERD_MIGRATE__PROMOTE_SHARE=$SHARE)
     env "${env[@]}" "$bin" serve --data-dir "$dir" --ssd-size 1GiB --hdd-size 8GiB --reserve 256MiB \
         --ssd-model ssd-sata --hdd-model hdd-5400 --listen 127.0.0.1:$PORT --metrics-listen "" \
         --control "$dir/control.sock" >"$dir/log" 2>&1 &

@@ -13,11 +13,8 @@ use tierd::volume::Tier;
 
 /// A migrator with zones of 8 extents, busy at 3 separate runs.
 fn migrator(bed: &Bed, vol: &std::sync::Arc<tierd::volume::Volume>) -> Migrator {
-    // No HDD time budget: this volume's devices take no time, so the
-    // budget would never fill (tests/promotion_budget.rs covers it).
     let mut cfg = MigrateConfig {
         bandwidth: tierd::units::ByteSize(0),
-        promote_share: 1.0,
         ..MigrateConfig::default()
     };
     cfg.policy.zone_extents = 8;

@@ -31,7 +31,10 @@ pub struct MigrateConfig {
     /// (and the swaps that make room for them) may take beyond the HDD
     /// time the SSD saves the users (0 to 1; `volume::budget`): a
     /// workload that keeps the HDD busy runs at least `1 - share` of the
-    /// HDD's own speed while promotions do not pay. 1: no limit.
+    /// HDD's own speed while promotions do not pay. 1 (the default): no
+    /// budget. Off by default because the investment a short busy spell
+    /// never pays back is what makes a region read again fast a few
+    /// seconds later (docs/tiering.md, "Promotions pay their way").
     pub promote_share: f64,
     /// Time between planning rounds.
     #[serde(with = "crate::units::duration_secs")]
@@ -77,7 +80,7 @@ impl Default for MigrateConfig {
             enabled: true,
             admission: false,
             admission_share: 0.05,
-            promote_share: 0.02,
+            promote_share: 1.0,
             interval: Duration::from_secs(1),
             bandwidth: ByteSize(128 << 20),
             reserve_boost: 2.0,

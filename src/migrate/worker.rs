@@ -515,10 +515,12 @@ impl Migrator {
             // Promotions, and the swaps making room for them, go as far as
             // the HDD time they may spend (`super::pay`); the rest is
             // planned again next round.
-            let placement = matches!(
-                first.reason,
-                Reason::Hot | Reason::Near | Reason::Cold | Reason::Idle
-            );
+            // (With the share at 1 there is no budget: they go as planned.)
+            let placement = cfg.promote_share < 1.0
+                && matches!(
+                    first.reason,
+                    Reason::Hot | Reason::Near | Reason::Cold | Reason::Idle
+                );
             let mut chosen: Option<Vec<(u64, Reason)>> = None;
             let budgeted = placement && !self.hdd_free_of_users(&cfg);
             if placement && !budgeted {

@@ -224,6 +224,7 @@ impl Volume {
     /// no limit).
     pub fn set_admission_share(&self, share: f64) {
         self.admission.budget.lock().share = share.clamp(0.0, 1.0);
+        self.savings.for_admission(share < 1.0);
     }
 
     /// Whether an admission may use the HDD now (see `super::budget`):

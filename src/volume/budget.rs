@@ -20,7 +20,7 @@
 //! loses at most that share; and placement that pays (a hot set coming
 //! up, read again and again) funds its own pace.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::Volume;
@@ -150,22 +150,54 @@ impl BusyTime {
     }
 }
 
+/// What the SSD saved the users, counted only while a budget uses it (a
+/// few relaxed atomics per SSD read, no lock).
+#[derive(Debug, Default)]
+pub(crate) struct Savings {
+    /// The promotions' budget is on (`migrate.promote-share` below 1).
+    placement: AtomicBool,
+    /// The admissions' budget is on (`migrate.admission-share` below 1).
+    admission: AtomicBool,
+    /// The HDD's mean service time per foreground request (ns).
+    mean: AtomicU64,
+    /// HDD time saved so far (ns).
+    saved: AtomicU64,
+}
+
+impl Savings {
+    /// The HDD's mean service time is now `d`.
+    pub(crate) fn set_mean(&self, d: Duration) {
+        self.mean.store(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether the admissions' budget counts savings.
+    pub(crate) fn for_admission(&self, on: bool) {
+        self.admission.store(on, Ordering::Relaxed);
+    }
+}
+
 impl Volume {
     /// A foreground read the SSD served: it saved the users one HDD
-    /// request, of the HDD's mean service time so far.
+    /// request, of the HDD's mean service time so far. Counted only while
+    /// a budget uses it.
     pub(crate) fn ssd_foreground_read(&self) {
+        let s = &self.savings;
+        if !(s.placement.load(Ordering::Relaxed)
+            || s.admission.load(Ordering::Relaxed) && self.admission_enabled())
+        {
+            return;
+        }
         if crate::device::IoClass::current() != crate::device::IoClass::Foreground {
             return;
         }
-        let mean = self.hdd_service_time();
-        self.ssd_saved
-            .fetch_add(mean.as_nanos() as u64, Ordering::Relaxed);
+        s.saved
+            .fetch_add(s.mean.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
-    /// HDD time the SSD has saved the users since the volume opened: their
-    /// reads it served, each at the HDD's mean service time.
+    /// HDD time the SSD has saved the users since a budget began counting
+    /// it: their reads it served, each at the HDD's mean service time.
     pub fn hdd_time_saved(&self) -> Duration {
-        Duration::from_nanos(self.ssd_saved.load(Ordering::Relaxed))
+        Duration::from_nanos(self.savings.saved.load(Ordering::Relaxed))
     }
 
     /// The HDD's mean service time per foreground request so far (zero
@@ -178,6 +210,7 @@ impl Volume {
     /// take beyond what the SSD saved (0 to 1; 1: no limit).
     pub fn set_placement_share(&self, share: f64) {
         self.placement.lock().share = share.clamp(0.0, 1.0);
+        self.savings.placement.store(share < 1.0, Ordering::Relaxed);
     }
 
     /// Seconds of HDD time the migrator's promotions may spend now (see

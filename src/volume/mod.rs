@@ -201,8 +201,8 @@ pub struct Volume {
     /// Time the HDD spent on foreground I/O, overlapping requests counted
     /// once, and how many requests it served (see `budget`).
     hdd_fg_time: Mutex<budget::BusyTime>,
-    /// HDD time the SSD saved foreground reads (ns, see `budget`).
-    ssd_saved: std::sync::atomic::AtomicU64,
+    /// HDD time the SSD saved foreground reads (see `budget`).
+    savings: budget::Savings,
     /// HDD time the migrator's promotions may spend (see `budget`).
     placement: Mutex<budget::HddBudget>,
     /// When a foreground write last took a slot for new data (volume
@@ -301,7 +301,9 @@ impl Volume {
             let now = self.clock.now();
             self.hdd_fg_at
                 .store(now.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-            self.hdd_fg_time.lock().add(t0, self.clock.io_now());
+            let mut t = self.hdd_fg_time.lock();
+            t.add(t0, self.clock.io_now());
+            self.savings.set_mean(t.mean());
         }
     }
 

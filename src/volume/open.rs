@@ -375,7 +375,7 @@ impl Volume {
             hdd_latency: io::Latency::default(),
             hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
             hdd_fg_time: Mutex::new(super::budget::BusyTime::default()),
-            ssd_saved: std::sync::atomic::AtomicU64::new(0),
+            savings: super::budget::Savings::default(),
             placement: Mutex::new(super::budget::HddBudget::new(
                 1.0,
                 super::budget::PLACEMENT_IDLE_BURST,
