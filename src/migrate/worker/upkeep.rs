@@ -1,0 +1,264 @@
+//! The migrator's upkeep besides placement: draining a tier (`tierctl
+//! evacuate`), writing the write log back to the HDD, and pre-cleaning
+//! (giving idle SSD extents a clean HDD copy, so the reserve later
+//! refills by a mapping change). Methods of [`Migrator`], called from its
+//! round.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tracing::warn;
+
+use super::super::candidates::{all_candidates, candidates};
+use super::super::copy;
+use super::super::knobs::MigrateConfig;
+use super::super::policy::effective;
+use super::{ssd_changes, Migrator, RoundReport, SPECULATIVE_BATCH};
+use crate::units::Reason;
+use crate::volume::{MoveOutcome, Tier};
+
+/// Pre-cleaning batches one round runs at most (besides its interval: a
+/// clock that stands still while copies run does not hold the round).
+const PRECLEAN_BATCHES: usize = 64;
+
+/// Extents one look for pre-cleaning lists at most.
+const PRECLEAN_LIST: usize = 1024;
+
+/// Oldest a pre-cleaning list is used (heat changes the coldest-first
+/// order; an extent copied or moved meanwhile is skipped by the copy).
+const PRECLEAN_LIST_AGE: Duration = Duration::from_secs(10);
+
+/// Longest pre-cleaning trusts that it found nothing to copy while the
+/// SSD did not change (see `Migrator::preclean_none`).
+const PRECLEAN_RELOOK: Duration = Duration::from_secs(300);
+
+impl Migrator {
+    /// One round of draining `from` (`tierctl evacuate`): its shadows go
+    /// first when it is the HDD (copies on the tier being emptied); then its
+    /// extents move to the other tier, up to `max-moves` and the room
+    /// there, coldest first off the SSD (the hot data stays fast longest)
+    /// and hottest first off the HDD (the SSD's room goes to it). Paced by
+    /// the bandwidth budget and yielding to the foreground like any move.
+    pub(super) fn evacuate(&self, from: Tier, cfg: &MigrateConfig, report: &mut RoundReport) {
+        let vol = &self.vol;
+        let to = match from {
+            Tier::Ssd => Tier::Hdd,
+            Tier::Hdd => Tier::Ssd,
+        };
+        if from == Tier::Hdd {
+            let n = vol.usage().shadows as usize;
+            if n > 0 {
+                match vol.drop_shadows(n, None) {
+                    Ok(d) => report.shadows_dropped += d,
+                    Err(e) => warn!("dropping shadows off the drained HDD: {e}"),
+                }
+            }
+        }
+        let bpe = vol.geometry().blocks_per_extent();
+        // Off the SSD: its extents, all among the planner's candidates. Off
+        // the HDD: every extent on it, a walk of the whole map each round
+        // while it drains.
+        let all = match from {
+            Tier::Ssd => candidates(vol, &self.heat, None),
+            Tier::Hdd => all_candidates(vol, &self.heat),
+        };
+        let mut on: Vec<(u64, f32)> = all
+            .into_iter()
+            .filter(|c| c.tier == from)
+            .map(|c| (c.extent, effective(&cfg.policy, &c, bpe)))
+            .collect();
+        on.sort_by(|a, b| match from {
+            Tier::Ssd => a.1.total_cmp(&b.1),
+            Tier::Hdd => b.1.total_cmp(&a.1),
+        });
+        let room = vol.free_slots(to) as usize;
+        let n = on.len().min(room).min(cfg.policy.max_moves.max(1));
+        report.planned = n;
+        report.truncated = n > 0 && on.len() > n;
+        let p = &self.progress;
+        p.planned.fetch_add(n as u64, Ordering::Relaxed);
+        p.last_planned.store(n as u64, Ordering::Relaxed);
+        p.queued.store(n as u64, Ordering::Relaxed);
+        p.more_waiting.store(report.truncated, Ordering::Relaxed);
+        for chunk in on[..n].chunks(cfg.batch.max(1)) {
+            if self.paused() {
+                break;
+            }
+            self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
+            let batch: Vec<(u64, Reason)> =
+                chunk.iter().map(|(e, _)| (*e, Reason::Evacuate)).collect();
+            let mut pace = |n: u64| {
+                self.pace(&self.bucket, n);
+            };
+            let result = copy::migrate_batch(vol, &batch, to, &mut pace);
+            p.queued.fetch_sub(batch.len() as u64, Ordering::Relaxed);
+            match result {
+                Ok(outcomes) => {
+                    for (_, o) in outcomes {
+                        match o {
+                            MoveOutcome::Moved(bytes) => {
+                                report.moved += 1;
+                                report.bytes += bytes;
+                            }
+                            MoveOutcome::Raced => report.raced += 1,
+                            _ => report.skipped += 1,
+                        }
+                    }
+                }
+                Err(e) => {
+                    report.errors += batch.len();
+                    warn!(extents = batch.len(), %to, "evacuation move failed, extents left in place: {e}");
+                }
+            }
+        }
+    }
+
+    /// Pre-cleaning: while the foreground is idle and nothing else moved
+    /// this round, give the coldest SSD extents that have no HDD copy one
+    /// (a clean shadow), batch after batch for up to a round's interval
+    /// (and [`PRECLEAN_BATCHES`]), paced by the migration bucket; so the reserve later refills by dropping clean copies
+    /// instead of writing them (bcache's idle writeback does the same for
+    /// dirty data). The volume refuses once the HDD has no slots to spare.
+    pub(super) fn preclean(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
+        let vol = &self.vol;
+        // Batches of a few extents, one after the other for up to a round's
+        // interval while the HDD stays free of users: the plan is made once
+        // a round, not once for every four extents copied.
+        let start = vol.clock().now();
+        for _ in 0..PRECLEAN_BATCHES {
+            if self.paused() || !self.preclean_batch(cfg, report) {
+                return;
+            }
+            if vol.clock().now().saturating_sub(start) >= cfg.interval {
+                return;
+            }
+        }
+    }
+
+    /// One batch of pre-cleaning; false when there was nothing to do or the
+    /// HDD is not free for it.
+    fn preclean_batch(&self, cfg: &MigrateConfig, report: &mut RoundReport) -> bool {
+        let vol = &self.vol;
+        if vol.inflight() > 0 || vol.log_usage().used > 0 || !self.hdd_free_of_users(cfg) {
+            return false;
+        }
+        // The volume gives no copy with shadows off, or when the HDD has no
+        // slot to spare beyond the reserve's and one (`Volume::reserve_moves`,
+        // `Goal::Clean`): then there is no need to look.
+        let spare = u64::from(vol.geometry().reserve_extents.max(1));
+        if !vol.shadows_enabled() || u64::from(vol.free_slots(Tier::Hdd)) <= spare + 1 {
+            return false;
+        }
+        let (changes, now) = (ssd_changes(vol), vol.clock().now());
+        if let Some((c, at)) = *self.preclean_none.lock() {
+            if c == changes && now.saturating_sub(at) < PRECLEAN_RELOOK {
+                return false;
+            }
+        }
+        let want = cfg.batch.clamp(1, SPECULATIVE_BATCH);
+        let batch: Vec<u64> = {
+            let mut list = self.preclean_list.lock();
+            if list.0.is_empty() || now.saturating_sub(list.1) >= PRECLEAN_LIST_AGE {
+                *list = (vol.unshadowed_ssd_extents(PRECLEAN_LIST).into(), now);
+            }
+            let n = want.min(list.0.len());
+            list.0.drain(..n).collect()
+        };
+        if batch.is_empty() {
+            *self.preclean_none.lock() = Some((changes, now));
+            return false;
+        }
+        let mut pace = |n: u64| {
+            self.pace(&self.bucket, n);
+        };
+        match copy::preclean_batch(vol, &batch, &mut pace) {
+            Ok(outcomes) => {
+                for (_, o) in outcomes {
+                    match o {
+                        MoveOutcome::Moved(_) => report.precleaned += 1,
+                        MoveOutcome::Raced => report.raced += 1,
+                        _ => {}
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                report.errors += batch.len();
+                warn!(
+                    extents = batch.len(),
+                    "pre-cleaning failed, extents keep no HDD copy: {e}"
+                );
+                false
+            }
+        }
+    }
+
+    /// Write logged blocks back from the SSD write log, in HDD order, so the
+    /// log has room for the next burst: at once while the SSD drains (four
+    /// batches a round), else only while the HDD serves no user
+    /// (`speculative-idle`; a few extents at a time, so users coming back
+    /// are seen soon). Paced by the bucket.
+    pub(super) fn write_back(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
+        let vol = &self.vol;
+        let usage = vol.log_usage();
+        if usage.used == 0 {
+            return;
+        }
+        // Draining the SSD empties the log as fast as the budget allows.
+        let urgent = vol.evacuating() == Some(Tier::Ssd);
+        // Else only while the HDD serves no user: writing a block back
+        // costs the HDD what writing it in place would have, so doing it
+        // beside users only slows them down (a full log sends new writes
+        // to the HDD in place, as the HDD alone would take them, and it
+        // never takes the last few reserve slots, so swaps go on:
+        // `log::cap_for`).
+        let idle = vol.inflight() == 0 && self.hdd_free_of_users(cfg);
+        if !urgent && !idle {
+            return;
+        }
+        // While the SSD drains, full batches; else a few extents at a time
+        // (scattered 4 KiB blocks cost the HDD a seek each), each group only
+        // while the HDD is still free of users.
+        let group = if urgent {
+            cfg.batch.max(1)
+        } else {
+            cfg.batch.clamp(1, SPECULATIVE_BATCH)
+        };
+        let extents: Vec<u64> = vol
+            .logged_extents()
+            .into_iter()
+            .map(|(e, _)| e)
+            .take(cfg.batch.max(1) * if urgent { 4 } else { 1 })
+            .collect();
+        for batch in extents.chunks(group) {
+            if self.paused() || (!urgent && !self.hdd_free_of_users(cfg)) {
+                break;
+            }
+            self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
+            let mut pace = |n: u64| {
+                self.pace(&self.reserve_bucket, n);
+            };
+            match copy::write_back_batch(vol, batch, &mut pace) {
+                Ok(outcomes) => {
+                    for (_, o) in outcomes {
+                        match o {
+                            MoveOutcome::Moved(bytes) => {
+                                report.written_back += 1;
+                                report.bytes += bytes;
+                            }
+                            MoveOutcome::Raced => report.raced += 1,
+                            _ => {}
+                        }
+                    }
+                }
+                Err(e) => {
+                    report.errors += batch.len();
+                    warn!(
+                        extents = batch.len(),
+                        "write-back failed, blocks stay in the log: {e}"
+                    );
+                }
+            }
+        }
+    }
+}
