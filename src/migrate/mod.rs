@@ -1,7 +1,7 @@
 //! Background migration: admission at the miss ([`admit`]), the placement
 //! [`policy`] over the [`candidates`] that can move (their busy [`zones`]
 //! included), a [`bucket`] to pace background I/O, what of a batch the
-//! HDD time budget pays for ([`pay`]), and the [`worker`] that
+//! HDD time budget pays for (`pay`), and the [`worker`] that
 //! plans rounds and moves extents with the crash-safe copy protocol
 //! ([`copy`]) over the volume's move steps, as its [`knobs`] say.
 

@@ -13,12 +13,15 @@
 //!   HDD is free of users, a run at a time (`migrate::pay`);
 //! - `share` of the time it served users;
 //! - the HDD time the SSD saved the users: each foreground read served by
-//!   the SSD counts as one HDD read of the mean duration measured.
+//!   the SSD counts as one HDD request of the HDD's mean service time (the
+//!   union of the users' request spans over the requests: [`BusyTime`]).
 //!
 //! Spent this way, placement costs the users at most `share` of the HDD's
 //! time beyond what it has given back, so against the HDD alone the hybrid
 //! loses at most that share; and placement that pays (a hot set coming
-//! up, read again and again) funds its own pace.
+//! up, read again and again) funds its own pace. The promotions' budget is
+//! off by default (`migrate.promote-share` 1): see docs/tiering.md,
+//! "Promotions pay their way", for what it costs.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
