@@ -294,6 +294,8 @@ fn counters_follow_real_io() {
         let k = format!("tierd_admissions_total{{outcome=\"{outcome}\"}}");
         assert!(get(&m, &k) >= 0.0, "{k}");
     }
+    // The promotions' budget is off by default: nothing is paced.
+    assert_eq!(get(&m, "tierd_promotions_paced_total"), 0.0);
     assert_eq!(
         get(
             &m,

@@ -67,6 +67,11 @@ fn promotions_wait_while_users_keep_the_hdd_busy_and_go_once_it_is_free() {
     let paced = setup(&bed, &vol, &m);
     assert_eq!(up(&vol), 0);
     assert!(paced >= HOT.len(), "promotions paced: {paced}");
+    // The metric counts them too.
+    assert_eq!(
+        tierd::volume::Stats::get(&vol.stats().promotions_paced),
+        paced as u64
+    );
     // Still busy a moment later.
     bed.clock.advance(Duration::from_millis(100));
     for e in HOT {

@@ -525,6 +525,7 @@ impl Migrator {
                 let left = n - go.len();
                 report.deferred += left;
                 report.paced += left;
+                Stats::add(&vol.stats().promotions_paced, left as u64);
                 p.queued.fetch_sub(left as u64, Ordering::Relaxed);
                 if go.is_empty() {
                     k += n;

@@ -70,6 +70,10 @@ pub struct Stats {
     /// Misses left for later because admissions had spent their share of
     /// a busy HDD's time.
     pub admissions_paced: AtomicU64,
+    /// Promotions, prefetches and their swaps' demotions left for a later
+    /// round because the promotions' budget of HDD time was spent
+    /// (`migrate.promote-share`).
+    pub promotions_paced: AtomicU64,
     /// Blocks a demotion did not have to write thanks to its shadow.
     pub shadow_saved_blocks: AtomicU64,
     /// Blocks a promotion copied again at its commit because a write

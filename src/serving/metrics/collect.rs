@@ -153,6 +153,10 @@ pub(super) fn describe() {
         "Shadows dropped because the HDD needed their slots"
     );
     describe_counter!(
+        "tierd_promotions_paced_total",
+        "Placement moves left for a later round: the promotions' HDD time budget was spent"
+    );
+    describe_counter!(
         "tierd_precleaned_extents_total",
         "SSD extents given a clean HDD copy in idle time (pre-cleaning)"
     );
@@ -292,6 +296,7 @@ pub fn collect(live: &Live) {
         counter!("tierd_admissions_total", "outcome" => outcome).absolute(Stats::get(n));
     }
     counter!("tierd_precleaned_extents_total").absolute(Stats::get(&s.precleaned));
+    counter!("tierd_promotions_paced_total").absolute(Stats::get(&s.promotions_paced));
     gauge!("tierd_nbd_connections").set(live.probe.count() as f64);
     gauge!("tierd_inflight_requests").set(vol.inflight() as f64);
     gauge!("tierd_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
