@@ -50,7 +50,7 @@ impl Allowance {
 /// batch of them is written as one run.
 fn run_key(vol: &Volume, m: &Move) -> Option<(u32, u32)> {
     match m.to {
-        Tier::Ssd => vol.mapping(m.extent).map(|x| (x.loc.slot, x.loc.slot + 1)),
+        Tier::Ssd => vol.loc_of(m.extent).map(|l| (l.slot, l.slot + 1)),
         Tier::Hdd => Some((u32::MAX, u32::MAX)),
     }
 }

@@ -184,17 +184,24 @@ impl Volume {
     /// request, of the HDD's mean service time so far. Counted only while
     /// a budget uses it.
     pub(crate) fn ssd_foreground_read(&self) {
-        let s = &self.savings;
-        if !(s.placement.load(Ordering::Relaxed)
-            || s.admission.load(Ordering::Relaxed) && self.admission_enabled())
+        if !self.budget_on()
+            || crate::device::IoClass::current() != crate::device::IoClass::Foreground
         {
             return;
         }
-        if crate::device::IoClass::current() != crate::device::IoClass::Foreground {
-            return;
-        }
+        let s = &self.savings;
         s.saved
             .fetch_add(s.mean.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Whether a budget uses the users' HDD time and the SSD's savings
+    /// (the promotions', or the admissions' while admission is on): only
+    /// then do the I/O paths measure them, so with both off (the default)
+    /// they cost a relaxed load or two.
+    pub(crate) fn budget_on(&self) -> bool {
+        let s = &self.savings;
+        s.placement.load(Ordering::Relaxed)
+            || s.admission.load(Ordering::Relaxed) && self.admission_enabled()
     }
 
     /// HDD time the SSD has saved the users since a budget began counting
@@ -203,10 +210,11 @@ impl Volume {
         Duration::from_nanos(self.savings.saved.load(Ordering::Relaxed))
     }
 
-    /// The HDD's mean service time per foreground request so far (zero
-    /// before the first): what one read the SSD serves saves.
+    /// The HDD's mean service time per foreground request, as measured
+    /// while a budget used it (zero before): what one read the SSD serves
+    /// saves.
     pub fn hdd_service_time(&self) -> Duration {
-        self.hdd_fg_time.lock().mean()
+        Duration::from_nanos(self.savings.mean.load(Ordering::Relaxed))
     }
 
     /// Set the share of a busy HDD's time the migrator's promotions may

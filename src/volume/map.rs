@@ -199,11 +199,20 @@ impl ExtentMap {
         Some((word.load(Ordering::Acquire) >> GEN_SHIFT) as u32)
     }
 
-    /// The tier `extent` is mapped on, without its lock (one atomic load:
-    /// a place changes only under the extent's exclusive lock).
-    pub(crate) fn tier(&self, extent: u64) -> Option<Tier> {
+    /// Where `extent` is mapped, without its lock (one atomic load: a
+    /// place changes only under the extent's exclusive lock, and the word
+    /// holds it for side-table mappings too).
+    pub(crate) fn loc(&self, extent: u64) -> Option<Loc> {
         let w = self.words.get(extent as usize)?.load(Ordering::Acquire);
-        (w & MAPPED != 0).then_some(if w & HDD != 0 { Tier::Hdd } else { Tier::Ssd })
+        (w & MAPPED != 0).then_some(Loc {
+            tier: if w & HDD != 0 { Tier::Hdd } else { Tier::Ssd },
+            slot: (w & SLOT_MASK) as u32,
+        })
+    }
+
+    /// The tier `extent` is mapped on, without its lock ([`Self::loc`]).
+    pub(crate) fn tier(&self, extent: u64) -> Option<Tier> {
+        self.loc(extent).map(|l| l.tier)
     }
 
     /// Bump `extent`'s generation (the add leaves the mapping bits alone,

@@ -250,6 +250,12 @@ impl Volume {
         self.map.tier(extent)
     }
 
+    /// Where a logical extent is mapped, tier and slot, if it is (no lock,
+    /// no copy of the mapping).
+    pub fn loc_of(&self, extent: u64) -> Option<Loc> {
+        self.map.loc(extent)
+    }
+
     /// A handle on the heat map this volume's I/O records into (restored
     /// from the store at open): taken once at start-up and handed to the
     /// migrator and the serving layer.
@@ -294,16 +300,18 @@ impl Volume {
 
     /// Note foreground I/O on the HDD that began at `t0` and ended now:
     /// [`Volume::hdd_foreground_now`], and its time counted as the HDD's
-    /// users' (for [`Volume::hdd_foreground_busy`]).
-    /// `t0` is on [`crate::clock::Clock::io_now`]'s scale.
+    /// users' (for [`Volume::hdd_foreground_busy`], while a budget uses
+    /// it: `budget`). `t0` is on [`crate::clock::Clock::io_now`]'s scale.
     pub(crate) fn hdd_foreground_done(&self, t0: std::time::Duration) {
         if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
             let now = self.clock.now();
             self.hdd_fg_at
                 .store(now.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-            let mut t = self.hdd_fg_time.lock();
-            t.add(t0, self.clock.io_now());
-            self.savings.set_mean(t.mean());
+            if self.budget_on() {
+                let mut t = self.hdd_fg_time.lock();
+                t.add(t0, self.clock.io_now());
+                self.savings.set_mean(t.mean());
+            }
         }
     }
 
@@ -329,8 +337,8 @@ impl Volume {
         }
     }
 
-    /// Time the HDD has spent on foreground I/O since the volume opened,
-    /// overlapping requests counted once.
+    /// Time the HDD has spent on foreground I/O while a budget used it
+    /// (see `budget`), overlapping requests counted once.
     pub fn hdd_foreground_busy(&self) -> std::time::Duration {
         self.hdd_fg_time.lock().busy
     }
