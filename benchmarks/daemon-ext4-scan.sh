@@ -60,7 +60,7 @@ head -c 1G /dev/zero | tr '\0' 'x' >"$dir/mnt/big.bin"
 sync
 # Byte ranges of a file on the volume (ext4 blocks of 4 KiB, loop at 0).
 ranges() {
-  filefrag -v -b4096 "$1" | awk '/^ *[0-9]+:/ { gsub(/\.\./," "); split($0,a,":"); n=split(a[3],p," "); print p[1]*4096 "+" (p[2]-p[1]+1)*4096 }'
+  filefrag -v -b4096 "$1" | awk '/^ *[0-9]+:/ { gsub(/\.\./," "); split($0,a,":"); n=split(a[3],p," "); printf "%d+%d\n", p[1]*4096, (p[2]-p[1]+1)*4096 }'
 }
 share() { # file: share of its bytes on the SSD
   local tot=0 ssd=0
