@@ -317,6 +317,11 @@ pub struct TierStatus {
     /// Seconds the device had an operation in flight, since start.
     #[serde(default)]
     pub busy_secs: f64,
+    /// With a timing model (`ssd-model`, `hdd-model`): seconds the modelled
+    /// drive worked since start, on the model's clock (a disk's head time:
+    /// seeks, rotation, transfers, for users and copies alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_busy_secs: Option<f64>,
     /// Share of the recent window (about 10 s) the device was busy.
     #[serde(default)]
     pub utilisation: f64,

@@ -220,6 +220,10 @@ impl BlockDevice for FaultDevice {
         self.inner.link()
     }
 
+    fn model_busy(&self) -> Option<std::time::Duration> {
+        self.inner.model_busy()
+    }
+
     fn name(&self) -> String {
         format!("{} (fault injection)", self.inner.name())
     }

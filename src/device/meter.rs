@@ -312,6 +312,10 @@ impl BlockDevice for MeteredDevice {
         self.inner.link()
     }
 
+    fn model_busy(&self) -> Option<std::time::Duration> {
+        self.inner.model_busy()
+    }
+
     fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> Option<io::Result<()>> {
         // Only an answered read counts: `None` did no I/O, and the caller
         // reads again with `read_at`.

@@ -30,6 +30,7 @@ pub use timed::TimedDevice;
 
 use std::io;
 use std::os::fd::BorrowedFd;
+use std::time::Duration;
 
 /// A fixed-size, byte-addressed device with positioned I/O.
 ///
@@ -84,6 +85,13 @@ pub trait BlockDevice: Send + Sync + 'static {
     /// `None` for a local device, or before anything was measured.
     /// Wrappers pass it on.
     fn link(&self) -> Option<LinkEstimate> {
+        None
+    }
+    /// Time a modelled drive spent working so far, on its model's clock
+    /// (for a disk its head time: seeks, rotation and transfers, the
+    /// users' requests and the tiers' own copies alike); `None` for a
+    /// device without a timing model. Wrappers pass it on.
+    fn model_busy(&self) -> Option<Duration> {
         None
     }
     /// Make every completed write durable (fdatasync).

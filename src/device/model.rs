@@ -55,6 +55,13 @@ pub trait TimingModel: Send + 'static {
     fn remote(&self) -> bool {
         false
     }
+    /// Time the device's mechanism spent serving so far (a disk's head
+    /// time: seeks, rotation, transfers, queued writes destaged included),
+    /// when the model keeps one; `None` lets the caller measure the time
+    /// with an operation in flight instead.
+    fn mechanism_time(&self) -> Option<Duration> {
+        None
+    }
 }
 
 fn secs(s: f64) -> Duration {
@@ -162,6 +169,8 @@ pub struct HddModel {
     /// Recent write streams: (next offset, bytes since its last
     /// positioning), oldest first.
     write_streams: VecDeque<(u64, u64)>,
+    /// Mechanism time scheduled so far (the head's busy time).
+    head_time: Duration,
 }
 
 impl HddModel {
@@ -186,6 +195,7 @@ impl HddModel {
             link_free: Duration::ZERO,
             segments: VecDeque::new(),
             write_streams: VecDeque::new(),
+            head_time: Duration::ZERO,
         }
     }
 
@@ -330,6 +340,7 @@ impl HddModel {
         let from = from.unwrap_or(nearest);
         let t = self.service(from, offset, len, start.as_secs_f64());
         let done = start + secs(t);
+        self.head_time += secs(t);
         self.busy_until = done;
         self.head = offset + len;
         self.queued.push_back((offset + len, done));
@@ -396,6 +407,10 @@ impl TimingModel for HddModel {
 
     fn name(&self) -> &'static str {
         self.p.name
+    }
+
+    fn mechanism_time(&self) -> Option<Duration> {
+        Some(self.head_time)
     }
 }
 

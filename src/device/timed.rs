@@ -15,6 +15,7 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -32,6 +33,9 @@ pub struct TimedDevice {
     /// The modelled link, measured on the device's clock, for a model of
     /// a remote tier.
     link: Option<LinkMeter>,
+    /// Time with an operation in flight, for a model that keeps no
+    /// mechanism time of its own: (total, end of the last span counted).
+    spans: Mutex<(Duration, Duration)>,
 }
 
 impl TimedDevice {
@@ -47,6 +51,7 @@ impl TimedDevice {
             model: Mutex::new(model),
             link,
             clock,
+            spans: Mutex::new((Duration::ZERO, Duration::ZERO)),
             ops: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
         }
@@ -72,6 +77,18 @@ impl TimedDevice {
         self.ops.fetch_add(1, Ordering::Relaxed);
         let start = self.clock.now();
         let done = self.model.lock().submit(kind, offset, len, start);
+        {
+            // The union of the spans [start, done]: submissions come in
+            // nearly in time order (on the virtual clock each thread's own
+            // time), so a span overlapping the last one counted adds only
+            // what reaches past it.
+            let mut s = self.spans.lock();
+            let from = start.max(s.1);
+            if done > from {
+                s.0 += done - from;
+                s.1 = done;
+            }
+        }
         let r = io()?;
         if self.clock.now() > done {
             self.overruns.fetch_add(1, Ordering::Relaxed);
@@ -118,6 +135,15 @@ impl BlockDevice for TimedDevice {
 
     fn name(&self) -> String {
         format!("{} ({} model)", self.inner.name(), self.model.lock().name())
+    }
+
+    fn model_busy(&self) -> Option<Duration> {
+        Some(
+            self.model
+                .lock()
+                .mechanism_time()
+                .unwrap_or_else(|| self.spans.lock().0),
+        )
     }
 }
 

@@ -463,6 +463,7 @@ impl Live {
                     read_hit_bytes: Stats::get(&s.read_hit_bytes[i]),
                     write_landed_bytes: Stats::get(&s.write_landed_bytes[i]),
                     busy_secs,
+                    model_busy_secs: vol.model_busy(t).map(|d| d.as_secs_f64()),
                     utilisation,
                     latency,
                     tier: t,

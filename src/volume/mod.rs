@@ -224,6 +224,12 @@ impl Volume {
         &self.meters[tier.index()]
     }
 
+    /// Time a tier's modelled drive spent working (a disk's head time, on
+    /// the model's clock), when the tier runs on a timing model.
+    pub fn model_busy(&self, tier: Tier) -> Option<std::time::Duration> {
+        self.devices.get(tier).model_busy()
+    }
+
     /// The HDD tier's link as measured, when it is remote.
     pub fn hdd_link(&self) -> Option<crate::device::LinkEstimate> {
         self.devices.get(Tier::Hdd).link()
