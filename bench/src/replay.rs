@@ -36,6 +36,71 @@ use super::target::{Measurement, Target, MIN_REQUEST};
 use super::workload::Req;
 use super::BenchError;
 
+/// Where a replay's data lies in a volume at a stated fill: the share of
+/// its logical extents that hold data before the run, written in address
+/// order as a used disk's would be. A fill in address order puts the first
+/// `ssd_slots` extents on the SSD and the rest on the HDD; the trace's
+/// footprint starts at the first extent that went to the HDD (so its data
+/// starts out there, and the SSD holds other, older data), and filler
+/// surrounds it up to the fill. The bench and `tierd trace replay` lay a
+/// volume out the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Layout {
+    /// The volume's logical extents.
+    pub extents: u64,
+    /// First extent of the trace's footprint.
+    pub base: u64,
+    /// Extents of the footprint.
+    pub footprint: u64,
+    /// Extents `[0, filled)` hold data before the run (the footprint among
+    /// them).
+    pub filled: u64,
+}
+
+impl Layout {
+    /// Lay a footprint of `footprint` extents into a volume of `extents`
+    /// logical extents, of which a fill in address order puts the first
+    /// `ssd_slots` on the SSD, at fill `fill` (0 < fill <= 1). The
+    /// footprint always holds data, so a fill too small for it rises to
+    /// just cover it ([`Layout::fill`] says what it is).
+    pub fn new(
+        extents: u64,
+        ssd_slots: u64,
+        footprint: u64,
+        fill: f64,
+    ) -> Result<Layout, BenchError> {
+        if !(fill > 0.0 && fill <= 1.0) {
+            return Err(BenchError::Options(format!(
+                "--fill {fill}: give the share of the volume that holds data, more than 0 and at most 1"
+            )));
+        }
+        let base = ssd_slots.min(extents);
+        if base + footprint > extents {
+            return Err(BenchError::Options(format!(
+                "the trace touches {footprint} extents, more than the {} past the SSD's {ssd_slots} the volume has: give it a larger --hdd-size",
+                extents - base
+            )));
+        }
+        let filled = ((fill * extents as f64).round() as u64).clamp(base + footprint, extents);
+        Ok(Layout {
+            extents,
+            base,
+            footprint,
+            filled,
+        })
+    }
+
+    /// The share of the volume's extents that hold data.
+    pub fn fill(&self) -> f64 {
+        self.filled as f64 / self.extents.max(1) as f64
+    }
+
+    /// Whether extent `e` holds data before the run.
+    pub fn holds(&self, e: u64) -> bool {
+        e < self.filled
+    }
+}
+
 /// A trace laid into the bench volume.
 #[derive(Debug, Clone)]
 pub struct Fitted {
@@ -287,6 +352,21 @@ mod tests {
             op,
             fua: false,
         }
+    }
+
+    #[test]
+    fn a_layout_puts_the_footprint_past_the_ssd_and_filler_around_it() {
+        let l = Layout::new(1000, 100, 50, 0.7).expect("fits");
+        assert_eq!((l.base, l.footprint, l.filled), (100, 50, 700));
+        assert!((l.fill() - 0.7).abs() < 1e-9);
+        assert!(l.holds(699) && !l.holds(700));
+        // Too small a fill rises to cover the footprint.
+        let l = Layout::new(1000, 100, 50, 0.01).expect("fits");
+        assert_eq!(l.filled, 150);
+        assert!(Layout::new(1000, 100, 950, 0.7).is_err());
+        assert!(Layout::new(1000, 100, 50, 0.0).is_err());
+        assert!(Layout::new(1000, 100, 50, 1.5).is_err());
+        assert_eq!(Layout::new(1000, 100, 50, 1.0).expect("fits").filled, 1000);
     }
 
     #[test]
