@@ -15,6 +15,8 @@
 //! placement policies and the offline optimum, simulated on a block
 //! trace), [`tracegen`] (synthetic traces of standard shapes).
 
+pub mod bed;
+pub mod cache;
 pub mod progress;
 pub mod replay;
 pub mod report;
@@ -122,6 +124,30 @@ pub struct BenchOptions {
     /// Replay traces this many times faster than recorded.
     #[serde(skip_serializing_if = "is_one")]
     pub trace_speed: f64,
+    /// The share of the volume's capacity that holds data before the run
+    /// (`None`: 1.0 for the drive suites, 0.7 for trace replays).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fill: Option<f64>,
+    /// The hybrid's SSD room for data (its SSD less the reserve) in trace
+    /// replays, as shares of each trace's footprint, one replay per room
+    /// (empty: one replay on `ssd_size`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trace_rooms: Vec<f64>,
+}
+
+/// The fill trace replays run at unless told otherwise.
+pub const TRACE_FILL: f64 = 0.7;
+
+impl BenchOptions {
+    /// The fill of the drive suites' volume.
+    pub fn suite_fill(&self) -> f64 {
+        self.fill.unwrap_or(1.0)
+    }
+
+    /// The fill of trace replays.
+    pub fn trace_fill(&self) -> f64 {
+        self.fill.unwrap_or(TRACE_FILL)
+    }
 }
 
 fn is_one(x: &f64) -> bool {
@@ -149,6 +175,8 @@ impl BenchOptions {
             migrate: MigrateConfig::default(),
             traces: Vec::new(),
             trace_speed: 1.0,
+            fill: None,
+            trace_rooms: Vec::new(),
         }
     }
 }
@@ -190,14 +218,16 @@ pub struct Bench {
     region: u64,
     region_start: u64,
     capacity: u64,
+    /// Bytes the drive suites' volume held before the run.
+    filled: u64,
     ssd_size: u64,
     hdd_size: u64,
     extent_size: u64,
     /// The HDD's model (transfer rate by position), unless real devices.
     hdd_model: Option<HddModel>,
     progress: Option<Progress>,
-    /// The traces to replay, laid into the volume.
-    traces: Vec<replay::Fitted>,
+    /// The traces to replay, as read.
+    traces: Vec<replay::Raw>,
 }
 
 impl Bench {
@@ -288,6 +318,7 @@ impl Bench {
             region: 0,
             region_start: 0,
             capacity: 0,
+            filled: 0,
             ssd_size,
             hdd_size,
             extent_size: opts.extent_size,
@@ -310,7 +341,15 @@ impl Bench {
         {
             let vol = Volume::open_with(plain.clone(), vol_store.clone(), VolumeOptions::default())
                 .map_err(setup("opening the hybrid"))?;
-            let n = vol.geometry().logical_extents();
+            let fill = opts.suite_fill();
+            if !(fill > 0.0 && fill <= 1.0) {
+                return Err(BenchError::Options(format!(
+                    "--fill {fill}: give the share of the volume that holds data, more than 0 and at most 1"
+                )));
+            }
+            let all = vol.geometry().logical_extents();
+            let n = ((fill * all as f64).round() as u64).clamp(1, all);
+            b.filled = n * opts.extent_size;
             let order: Vec<u64> = (0..n).collect();
             let es = opts.extent_size;
             let data = vec![0x5au8; es as usize];
@@ -335,9 +374,20 @@ impl Bench {
         );
         b.capacity = vol.size();
         b.region = opts.region.min(b.capacity).min(ssd_size) / opts.extent_size * opts.extent_size;
-        // In the middle of what every target holds.
+        // In the middle of what every target holds; below a full fill, in
+        // the middle of what the fill put on the HDD.
         b.region_start =
             (b.capacity.min(hdd_size) - b.region) / 2 / opts.extent_size * opts.extent_size;
+        if b.filled < b.capacity {
+            let ssd_part =
+                u64::from(vol.geometry().slots(tierd::volume::Tier::Ssd)) * opts.extent_size;
+            let (lo, hi) = (ssd_part.min(b.filled), b.filled.min(hdd_size));
+            b.region_start = if hi >= lo + b.region {
+                (lo + (hi - lo - b.region) / 2) / opts.extent_size * opts.extent_size
+            } else {
+                hi.saturating_sub(b.region) / opts.extent_size * opts.extent_size
+            };
+        }
         let mig = Arc::new(Migrator::new(vol.clone(), vol.heat(), opts.migrate));
         // The pure targets: an SSD as large as the volume, the HDD alone.
         let pure_ssd = wrap(Arc::new(NullDevice::new(b.capacity)), opts.ssd_model);
@@ -348,14 +398,8 @@ impl Bench {
         } else {
             (ssd_raw, hdd_raw)
         };
-        b.targets.push(Box::new(Pure {
-            name: "pure-ssd",
-            dev: ssd_dev,
-        }));
-        b.targets.push(Box::new(Pure {
-            name: "pure-hdd",
-            dev: hdd_dev,
-        }));
+        b.targets.push(Box::new(Pure::new(ssd_dev, true)));
+        b.targets.push(Box::new(Pure::new(hdd_dev, false)));
         b.timed = timed;
         if opts.clock == ClockKind::Real {
             b.handle = Some(mig.spawn().map_err(setup("starting the migrator"))?);
@@ -376,11 +420,30 @@ impl Bench {
                     "--trace replays on the virtual clock; to replay through the daemon on the real clock, export it for fio (tierd trace export) and see benchmarks/daemon-trace.sh".into(),
                 ));
             }
-            let (base, end) = b.trace_room();
             for path in &opts.traces {
                 b.progress(&format!("reading the trace {}", path.display()));
-                let t = replay::load(path, opts.extent_size, base, end)?;
-                b.traces.push(t);
+                b.traces.push(replay::read(path)?);
+            }
+            for r in &opts.trace_rooms {
+                if !(*r > 0.0 && r.is_finite()) {
+                    return Err(BenchError::Options(format!(
+                        "--trace-room {r}: give the SSD's room as a positive share of the trace's footprint"
+                    )));
+                }
+            }
+            let fill = opts.trace_fill();
+            // Every trace at every size must fit: refused now, before
+            // anything runs, saying what to do.
+            for raw in &b.traces {
+                let fp = raw.footprint(opts.extent_size);
+                for (_, ssd) in b.trace_sizes(fp) {
+                    bed::check(&opts, ssd, fp, fill).map_err(|e| match e {
+                        BenchError::Options(m) => {
+                            BenchError::Options(format!("trace {}: {m}", raw.name))
+                        }
+                        other => other,
+                    })?;
+                }
             }
         }
         Ok(b)
@@ -389,17 +452,7 @@ impl Bench {
     fn settle(&mut self, mig: &Arc<Migrator>, vol: &Arc<Volume>) {
         let reserve = vol.geometry().reserve_extents;
         if let Mode::Virtual(sched) = &self.mode {
-            let sched = sched.clone();
-            sched.phase(1, |p, _| {
-                for _ in 0..10_000 {
-                    if vol.free_slots(tierd::volume::Tier::Ssd) >= reserve {
-                        break;
-                    }
-                    p.sleep_until(p.now() + Duration::from_secs(1));
-                    p.set_own_now(p.now());
-                    mig.run_round();
-                }
-            });
+            bed::settle(sched, mig, vol);
         } else {
             for _ in 0..600 {
                 if vol.free_slots(tierd::volume::Tier::Ssd) >= reserve {

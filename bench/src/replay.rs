@@ -32,7 +32,7 @@ use tierd::units::IoHint;
 
 use super::sched::VirtualSched;
 use super::sim::Access;
-use super::target::{Measurement, Target, MIN_REQUEST};
+use super::target::{IoKind, Measurement, Target, MIN_REQUEST};
 use super::workload::Req;
 use super::BenchError;
 
@@ -154,9 +154,48 @@ impl Fitted {
     }
 }
 
-/// Read `path` (any supported format, detected) and lay it into extents of
-/// `extent` bytes from byte `base`; the footprint must end by `end`.
-pub fn load(path: &Path, extent: u64, base: u64, end: u64) -> Result<Fitted, BenchError> {
+/// A trace as read, before it is laid into a volume.
+#[derive(Debug, Clone)]
+pub struct Raw {
+    /// A short name (the file's stem).
+    pub name: String,
+    /// What made the trace (its header).
+    pub source: String,
+    /// Reads, writes and trims, as recorded.
+    pub records: Vec<Record>,
+    /// Flushes left out.
+    pub flushes: u64,
+}
+
+impl Raw {
+    /// Extents of `extent` bytes the trace touches.
+    pub fn footprint(&self, extent: u64) -> u64 {
+        let extent = extent.max(1);
+        let mut touched = std::collections::BTreeSet::new();
+        for r in &self.records {
+            let stop = r.offset.saturating_add(u64::from(r.len));
+            touched.extend(r.offset / extent..stop.div_ceil(extent));
+        }
+        touched.len() as u64
+    }
+
+    /// Lay the trace into extents of `extent` bytes from byte `base`; the
+    /// footprint must end by `end`.
+    pub fn fit(&self, extent: u64, base: u64, end: u64) -> Result<Fitted, BenchError> {
+        fit(
+            self.name.clone(),
+            self.source.clone(),
+            self.records.clone(),
+            self.flushes,
+            extent,
+            base,
+            end,
+        )
+    }
+}
+
+/// Read `path` (any supported format, detected).
+pub fn read(path: &Path) -> Result<Raw, BenchError> {
     let (header, records) = import::open(path, None).map_err(|e| BenchError::Setup {
         what: format!("reading the trace {}", path.display()),
         source: Box::new(e),
@@ -174,10 +213,27 @@ pub fn load(path: &Path, extent: u64, base: u64, end: u64) -> Result<Fitted, Ben
             _ => kept.push(r),
         }
     }
+    if kept.is_empty() {
+        return Err(BenchError::Options(format!(
+            "the trace {} has no read, write or trim to replay",
+            path.display()
+        )));
+    }
     let name = path
         .file_stem()
         .map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned());
-    fit(name, header.source, kept, flushes, extent, base, end)
+    Ok(Raw {
+        name,
+        source: header.source,
+        records: kept,
+        flushes,
+    })
+}
+
+/// Read `path` (any supported format, detected) and lay it into extents of
+/// `extent` bytes from byte `base`; the footprint must end by `end`.
+pub fn load(path: &Path, extent: u64, base: u64, end: u64) -> Result<Fitted, BenchError> {
+    read(path)?.fit(extent, base, end)
 }
 
 /// Lay `records` into the volume (see the module docs).
@@ -313,7 +369,12 @@ pub fn execute(
                 m.errors += 1;
             }
             let end = p.own_now().max(t0 + MIN_REQUEST);
-            m.record(start, t0, end, len);
+            let kind = match r.op {
+                Op::Read => Some(IoKind::Read),
+                Op::Write => Some(IoKind::Write),
+                _ => None,
+            };
+            m.record(start, t0, end, len, kind);
             last_end = last_end.max(end);
             p.set_own_now(end);
             target.after();

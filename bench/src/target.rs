@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +39,42 @@ pub trait Target: Send + Sync {
     /// request's completion. On the real clock the migrator's admitting
     /// thread does it, as in the daemon.
     fn after(&self) {}
+    /// What the target's devices and placement did since it was built
+    /// (two snapshots subtract to give a run's).
+    fn usage(&self) -> Usage;
+}
+
+/// What a target did, counted from its start: device time, bytes written
+/// to flash, bytes copied between the tiers, and where reads and writes
+/// were served. Index 0 is the SSD, 1 the HDD.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Usage {
+    /// Time each modelled drive worked (the HDD's: its head time, for
+    /// users and copies alike); zero without a model.
+    pub busy: [Duration; 2],
+    /// Bytes written to the SSD device (users' writes, copies, logs).
+    pub ssd_written: u64,
+    /// Bytes copied between the tiers (promotions, demotions, admissions,
+    /// write-back).
+    pub moved: u64,
+    /// Read bytes served by the SSD and by the HDD.
+    pub read_hit: [u64; 2],
+    /// Write bytes that landed on the SSD and on the HDD.
+    pub landed: [u64; 2],
+}
+
+impl Usage {
+    /// What happened between `before` and `self`.
+    pub fn since(self, before: Usage) -> Usage {
+        let d2 = |a: [u64; 2], b: [u64; 2]| [a[0] - b[0], a[1] - b[1]];
+        Usage {
+            busy: [0, 1].map(|i| self.busy[i].saturating_sub(before.busy[i])),
+            ssd_written: self.ssd_written - before.ssd_written,
+            moved: self.moved - before.moved,
+            read_hit: d2(self.read_hit, before.read_hit),
+            landed: d2(self.landed, before.landed),
+        }
+    }
 }
 
 /// The tiered volume.
@@ -74,14 +110,45 @@ impl Target for Hybrid {
             tracing::warn!("admission: {e}");
         }
     }
+
+    fn usage(&self) -> Usage {
+        use tierd::volume::{Stats, Tier};
+        let v = &self.0;
+        let s = v.stats();
+        let two = |a: &[std::sync::atomic::AtomicU64; 2]| [Stats::get(&a[0]), Stats::get(&a[1])];
+        let moved = two(&s.migrated_bytes);
+        Usage {
+            busy: [Tier::Ssd, Tier::Hdd].map(|t| v.model_busy(t).unwrap_or_default()),
+            ssd_written: Stats::get(&s.dev_write_bytes[Tier::Ssd.index()]),
+            moved: moved[0] + moved[1] + Stats::get(&s.precleaned_bytes),
+            read_hit: two(&s.read_hit_bytes),
+            landed: two(&s.write_landed_bytes),
+        }
+    }
 }
 
 /// A device alone.
 pub struct Pure {
     /// "pure-ssd" or "pure-hdd".
-    pub name: &'static str,
+    name: &'static str,
     /// The device.
-    pub dev: Arc<dyn BlockDevice>,
+    dev: Arc<dyn BlockDevice>,
+    /// Whether it is the SSD.
+    ssd: bool,
+    /// Bytes read, bytes written.
+    bytes: [AtomicU64; 2],
+}
+
+impl Pure {
+    /// `dev` alone, as "pure-ssd" (`ssd`) or "pure-hdd".
+    pub fn new(dev: Arc<dyn BlockDevice>, ssd: bool) -> Self {
+        Pure {
+            name: if ssd { "pure-ssd" } else { "pure-hdd" },
+            dev,
+            ssd,
+            bytes: Default::default(),
+        }
+    }
 }
 
 impl Target for Pure {
@@ -91,6 +158,7 @@ impl Target for Pure {
 
     fn io(&self, req: &Req, buf: &mut [u8]) -> io::Result<()> {
         let buf = &mut buf[..req.len as usize];
+        self.bytes[usize::from(!req.read)].fetch_add(req.len, Ordering::Relaxed);
         if req.read {
             self.dev.read_at(buf, req.offset)
         } else {
@@ -100,6 +168,23 @@ impl Target for Pure {
 
     fn trim(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
+    }
+
+    fn usage(&self) -> Usage {
+        let [read, written] = [0, 1].map(|i| self.bytes[i].load(Ordering::Relaxed));
+        let busy = self.dev.model_busy().unwrap_or_default();
+        let on = |x: u64| if self.ssd { [x, 0] } else { [0, x] };
+        Usage {
+            busy: if self.ssd {
+                [busy, Duration::ZERO]
+            } else {
+                [Duration::ZERO, busy]
+            },
+            ssd_written: if self.ssd { written } else { 0 },
+            moved: 0,
+            read_hit: on(read),
+            landed: on(written),
+        }
     }
 }
 
@@ -123,6 +208,9 @@ pub struct Measurement {
     pub elapsed: Duration,
     /// Latency in nanoseconds.
     pub hist: Histogram<u64>,
+    /// Latency of the reads alone, and of the writes alone (trims and
+    /// flushes in neither), in nanoseconds.
+    pub by_op: [Histogram<u64>; 2],
     /// Requests completed per `bin` of time.
     pub series: Vec<u64>,
     /// Bin width of `series`.
@@ -137,12 +225,16 @@ pub struct Measurement {
 
 impl Measurement {
     pub(crate) fn new(bin: Duration) -> Self {
+        let hist = || {
+            Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+        };
         Measurement {
             ops: 0,
             bytes: 0,
             elapsed: Duration::ZERO,
-            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
-                .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!())),
+            hist: hist(),
+            by_op: [hist(), hist()],
             series: Vec::new(),
             bin,
             errors: 0,
@@ -151,11 +243,21 @@ impl Measurement {
         }
     }
 
-    pub(crate) fn record(&mut self, start: Duration, t0: Duration, done: Duration, len: u64) {
+    pub(crate) fn record(
+        &mut self,
+        start: Duration,
+        t0: Duration,
+        done: Duration,
+        len: u64,
+        op: Option<IoKind>,
+    ) {
         self.ops += 1;
         self.bytes += len;
         let ns = (done.saturating_sub(t0)).as_nanos().max(1) as u64;
         let _ = self.hist.record(ns.min(3_600_000_000_000));
+        if let Some(k) = op {
+            let _ = self.by_op[k as usize].record(ns.min(3_600_000_000_000));
+        }
         let b = (done.saturating_sub(start).as_nanos() / self.bin.as_nanos().max(1)) as usize;
         if self.series.len() <= b {
             self.series.resize(b + 1, 0);
@@ -170,6 +272,9 @@ impl Measurement {
         self.bg_ops += o.bg_ops;
         self.bg_bytes += o.bg_bytes;
         let _ = self.hist.add(&o.hist);
+        for (a, b) in self.by_op.iter_mut().zip(&o.by_op) {
+            let _ = a.add(b);
+        }
         if self.series.len() < o.series.len() {
             self.series.resize(o.series.len(), 0);
         }
@@ -197,6 +302,51 @@ impl Measurement {
     pub fn mean_us(&self) -> f64 {
         self.hist.mean() / 1000.0
     }
+
+    /// The reads' or the writes' latency: mean, p50 and p99 in
+    /// microseconds, and how many; `None` when there were none.
+    pub fn op_latency(&self, k: IoKind) -> Option<OpLatency> {
+        let h = &self.by_op[k as usize];
+        (!h.is_empty()).then(|| OpLatency {
+            count: h.len(),
+            mean_us: h.mean() / 1000.0,
+            p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
+        })
+    }
+}
+
+/// Reads or writes, for the latencies kept apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoKind {
+    /// A read.
+    Read = 0,
+    /// A write.
+    Write = 1,
+}
+
+impl IoKind {
+    /// The kind of a read (`true`) or a write.
+    pub fn of(read: bool) -> IoKind {
+        if read {
+            IoKind::Read
+        } else {
+            IoKind::Write
+        }
+    }
+}
+
+/// Latency of one kind of request over a run.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct OpLatency {
+    /// Requests of the kind.
+    pub count: u64,
+    /// Mean, µs.
+    pub mean_us: f64,
+    /// Median, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
 }
 
 /// A workload run.
@@ -310,7 +460,7 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                     // still takes a moment, or virtual time would stall.
                     let done = p.own_now().max(t0 + MIN_REQUEST);
                     if w < run.qd {
-                        m.record(start, t0, done, req.len);
+                        m.record(start, t0, done, req.len, Some(IoKind::of(req.read)));
                     } else {
                         m.bg_ops += 1;
                         m.bg_bytes += req.len;
@@ -362,7 +512,13 @@ pub fn execute(mode: &Mode, target: &dyn Target, run: &Run) -> Measurement {
                                     m.errors += 1;
                                 }
                                 if i < run.qd {
-                                    m.record(start, t0, real_now(), req.len);
+                                    m.record(
+                                        start,
+                                        t0,
+                                        real_now(),
+                                        req.len,
+                                        Some(IoKind::of(req.read)),
+                                    );
                                 } else {
                                     m.bg_ops += 1;
                                     m.bg_bytes += req.len;

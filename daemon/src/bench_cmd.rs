@@ -79,6 +79,17 @@ pub struct BenchArgs {
     /// Replay traces this many times faster than recorded.
     #[arg(long, default_value_t = 1.0, value_name = "X")]
     trace_speed: f64,
+    /// The share of the volume's capacity that holds data before the run,
+    /// laid out as a used disk (default: 1.0 for the drive suites, 0.7 for
+    /// trace replays).
+    #[arg(long, value_name = "F")]
+    fill: Option<f64>,
+    /// Replay each trace with the hybrid's SSD room for data (its SSD less
+    /// the reserve) at this share of the trace's footprint; repeat it or
+    /// give a list (`--trace-room 0.125,0.25,0.5`). Without it, one replay
+    /// on --ssd-size.
+    #[arg(long = "trace-room", value_name = "SHARE", value_delimiter = ',')]
+    trace_rooms: Vec<f64>,
 }
 
 fn model(name: &str, want_ssd: bool) -> anyhow::Result<ModelKind> {
@@ -148,6 +159,16 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     o.traces = a.traces.clone();
     o.trace_speed = a.trace_speed;
+    if let Some(f) = a.fill {
+        if !(f > 0.0 && f <= 1.0) {
+            bail!("--fill {f}: give the share of the volume that holds data, more than 0 and at most 1");
+        }
+        o.fill = Some(f);
+    }
+    if !a.trace_rooms.is_empty() && a.traces.is_empty() {
+        bail!("--trace-room sizes trace replays: add --trace FILE");
+    }
+    o.trace_rooms = a.trace_rooms.clone();
     if let (Some(ssd), Some(hdd)) = (&a.ssd, &a.hdd) {
         if !a.yes_destroy_data {
             bail!("benchmarking real devices destroys their contents: add --yes-destroy-data");

@@ -44,6 +44,7 @@ const COLORS: [&str; 6] = [
 ];
 /// Series dash patterns, in the same order: where two series coincide (the
 /// hybrid at the pure SSD's speed) the one below shows through the gaps.
+/// A seventh series takes the first colour with the second dash, and so on.
 const DASHES: [&str; 6] = ["", "8 4", "2 3", "12 4 2 4", "4 4", "1 3"];
 
 /// (series name, points).
@@ -262,7 +263,9 @@ pub fn svg(c: &Chart) -> String {
         );
         for (k, (name, pts)) in p.series.iter().enumerate() {
             let col = COLORS[color % COLORS.len()];
-            let dash = match DASHES[color % DASHES.len()] {
+            // Past the sixth series the dashes shift by one per round of
+            // colours, so no two of the first 36 look alike.
+            let dash = match DASHES[(color + color / COLORS.len()) % DASHES.len()] {
                 "" => String::new(),
                 d => format!(r#" stroke-dasharray="{d}""#),
             };

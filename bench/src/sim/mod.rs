@@ -52,7 +52,7 @@
 
 pub mod arc;
 pub mod lfu;
-mod list;
+pub(crate) mod list;
 pub mod lru;
 pub mod optimal;
 pub mod popular;

@@ -54,6 +54,9 @@ pub struct Point {
     pub ops: u64,
     /// Errors (always 0 in a good run).
     pub errors: u64,
+    /// A trace replay's further measures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<traces::TraceDetail>,
 }
 
 /// A chart: x values and one series per target. The series of one chart
@@ -210,6 +213,7 @@ fn point(
         p99_us: m.lat_us(0.99),
         ops: m.ops,
         errors: m.errors,
+        trace: None,
     };
     b.progress(&format!("{suite}/{case} {}: {:.0} IOPS", t.name(), p.iops));
     p
