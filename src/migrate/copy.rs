@@ -134,6 +134,31 @@ pub fn preclean_batch(
     run(vol, &extents, Goal::Clean, pace, armed)
 }
 
+/// Clean SSD extents where they are: a stale shadow is brought up to date
+/// (only the blocks written since go to the HDD), an extent without one is
+/// pre-cleaned into a new HDD slot, so each can later leave by a mapping
+/// change. Two passes of the protocol, one per kind; an extent written
+/// meanwhile stays as it was (`Raced`).
+pub fn clean_batch(
+    vol: &Volume,
+    extents: &[(u64, Reason)],
+    pace: &mut dyn FnMut(u64),
+) -> VolumeResult<Vec<(u64, MoveOutcome)>> {
+    let armed = take_armed();
+    let mut shadowed: Vec<(u64, Reason)> = Vec::new();
+    let mut bare: Vec<(u64, Reason)> = Vec::new();
+    for &(e, r) in extents {
+        if vol.mapping(e).is_some_and(|m| m.shadow.is_some()) {
+            shadowed.push((e, r));
+        } else {
+            bare.push((e, r));
+        }
+    }
+    let mut out = run(vol, &shadowed, Goal::Refresh, pace, armed)?;
+    out.extend(run(vol, &bare, Goal::Clean, pace, armed)?);
+    Ok(out)
+}
+
 /// One pass of the protocol over `extents`.
 fn run(
     vol: &Volume,

@@ -568,7 +568,20 @@ impl Migrator {
             let mut waited = Duration::ZERO;
             let mut pace = |n: u64| waited += self.pace(bucket, n);
             let t0 = vol.clock().io_now();
-            let result = super::copy::migrate_batch(vol, &batch, first.to, &mut pace);
+            // While admitted extents keep their HDD copies, the reserve is
+            // covered by cleaning, not by demoting: an extent given a clean
+            // copy stays on the SSD and still leaves by a mapping change the
+            // moment a write needs its slot, where a demotion would bring it
+            // back by a copy if it is read again.
+            let result = if reserve
+                && first.to == Tier::Hdd
+                && cfg.admission
+                && vol.admission_keeps_copies()
+            {
+                super::copy::clean_batch(vol, &batch, &mut pace)
+            } else {
+                super::copy::migrate_batch(vol, &batch, first.to, &mut pace)
+            };
             if budgeted {
                 // The batch's device time: its span less the bandwidth
                 // cap's waits.

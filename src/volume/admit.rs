@@ -300,7 +300,10 @@ impl Volume {
         if s.load(Ordering::Relaxed) & PENDING != 0 {
             return;
         }
-        if kind == Miss::Sequential {
+        // A miss whose victim would not leave for free (the HDD has no room
+        // to keep an admitted extent's copy) is admitted only on shown
+        // reuse, as a scan's is.
+        if kind == Miss::Sequential || !self.admission_keeps_copies() {
             let mut q = self.admission.q.lock();
             if !q.ghost_seq.contains_key(&extent) {
                 Admission::remember(&mut q, extent, self.admission_room());
@@ -375,10 +378,26 @@ impl Volume {
         Stats::add(&self.stats.admissions, 1);
     }
 
-    /// Whether the SSD has a free slot above the reserve for an admission
-    /// (flushing first when evictions freed slots that wait for one).
+    /// Whether admitted extents keep their HDD slot as a clean copy: the
+    /// HDD has room to spare (more free slots than twice the reserve). Then
+    /// an admitted extent leaves again by a mapping change, the SSD serves
+    /// like a cache, and admissions may fill the reserve too: clean
+    /// extents cover it, the write path takes them back the moment writes
+    /// need the room.
+    pub fn admission_keeps_copies(&self) -> bool {
+        self.shadows_enabled()
+            && self.alloc.free_count(Tier::Hdd) > 2 * self.geo.reserve_extents.max(1)
+    }
+
+    /// Whether the SSD has a free slot for an admission (flushing first when
+    /// evictions freed slots that wait for one): above the reserve, or
+    /// anywhere while admitted extents keep clean copies.
     pub fn admission_has_room(&self) -> VolumeResult<bool> {
-        let floor = self.geo.reserve_extents;
+        let floor = if self.admission_keeps_copies() {
+            0
+        } else {
+            self.geo.reserve_extents
+        };
         if self.alloc.free_count(Tier::Ssd) > floor {
             return Ok(true);
         }

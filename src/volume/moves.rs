@@ -40,6 +40,8 @@ use super::stats::Stats;
 use super::{Volume, VolumeError, VolumeResult};
 use crate::units::Reason;
 
+mod copying;
+
 /// Bytes copied per device I/O during a migration.
 const COPY_CHUNK: u64 = 1 << 20;
 /// Logged blocks from which an extent's write-back reads and rewrites the
@@ -113,6 +115,11 @@ pub enum Goal {
     /// slot that becomes its clean shadow, so a later demotion is a mapping
     /// change. The extent stays on the SSD.
     Clean,
+    /// Bring an SSD extent's stale shadow up to date: write the blocks
+    /// written on the SSD since into the shadow, which is clean again. The
+    /// extent stays on the SSD (a write-back cache's cleaning; a later
+    /// demotion is a mapping change).
+    Refresh,
 }
 
 impl Goal {
@@ -128,7 +135,7 @@ impl Goal {
     pub fn tier(self) -> Tier {
         match self {
             Goal::Ssd => Tier::Ssd,
-            Goal::Hdd | Goal::WriteBack | Goal::Clean => Tier::Hdd,
+            Goal::Hdd | Goal::WriteBack | Goal::Clean | Goal::Refresh => Tier::Hdd,
         }
     }
 }
@@ -325,6 +332,11 @@ impl Volume {
                 (Goal::Clean, Tier::Ssd) if m.shadow.is_none() && m.written.count(blocks) > 0 => {
                     Some(Tier::Hdd)
                 }
+                (Goal::Refresh, Tier::Ssd)
+                    if m.shadow.as_ref().is_some_and(|s| !s.stale.is_empty()) =>
+                {
+                    None
+                }
                 _ => {
                     drop(guard);
                     if watched {
@@ -347,7 +359,9 @@ impl Volume {
                     saved: 0,
                     watched: goal == Goal::Ssd && m.loc.tier == Tier::Hdd,
                     keep: false,
-                    in_place: goal == Goal::WriteBack || (goal == Goal::Hdd && m.shadow.is_some()),
+                    in_place: goal == Goal::WriteBack
+                        || goal == Goal::Refresh
+                        || (goal == Goal::Hdd && m.shadow.is_some()),
                 },
                 need,
             ));
@@ -502,6 +516,26 @@ impl Volume {
                 it.release.push(Release::Slot(m.loc));
             }
             Goal::Ssd => {}
+            Goal::Refresh => {
+                // Into the shadow, in place: the stale blocks written there,
+                // the shadow clean after the commit.
+                let Some(s) = &m.shadow else { return };
+                let home = Loc {
+                    tier: Tier::Hdd,
+                    slot: s.slot,
+                };
+                for b in 0..blocks {
+                    if s.stale.get(b) && m.written.get(b) {
+                        push(Tier::Ssd, block_at(m.loc, b), Tier::Hdd, block_at(home, b));
+                    }
+                }
+                let mut after = m.clone();
+                after.shadow = Some(Shadow {
+                    slot: s.slot,
+                    stale: Written::empty(blocks),
+                });
+                it.after = after;
+            }
             Goal::WriteBack => {
                 for l in &m.logged {
                     push(
@@ -682,10 +716,15 @@ impl Volume {
                 }
             }
             if it.before.loc == it.after.loc
-                && it.before.shadow.is_none()
-                && it.after.shadow.is_some()
+                && it.before.loc.tier == Tier::Ssd
+                && it.after.shadow.as_ref().is_some_and(|s| s.stale.is_empty())
+                && it
+                    .before
+                    .shadow
+                    .as_ref()
+                    .is_none_or(|s| !s.stale.is_empty())
             {
-                // A pre-clean: the extent did not move.
+                // A pre-clean or a refresh: the extent did not move.
                 Stats::add(&self.stats.precleaned, 1);
                 Stats::add(&self.stats.precleaned_bytes, *copied);
                 out.push((it.extent, MoveOutcome::Moved(*copied)));
@@ -727,58 +766,6 @@ impl Volume {
         }
     }
 
-    /// Write back the logged blocks of `m` as one span: read the HDD from
-    /// its first to its last logged block, lay the logged blocks over it,
-    /// write the span back — one seek and two streaming transfers instead
-    /// of a seek per block. Returns the bytes written.
-    fn span_write_back(
-        &self,
-        m: &Mapping,
-        buf: &mut Vec<u8>,
-        pace: &mut dyn FnMut(u64),
-    ) -> VolumeResult<u64> {
-        let Some(first) = m.logged.first() else {
-            return Ok(0);
-        };
-        let lo = u64::from(first.block) * BLOCK_SIZE;
-        let len = span_len(m);
-        let at = self.geo.slot_offset(m.loc.slot) + lo;
-        pace(len);
-        buf.resize(len as usize, 0);
-        let (ssd, hdd) = (self.devices.get(Tier::Ssd), self.devices.get(Tier::Hdd));
-        let count = |t: Tier, read: bool, n: usize| {
-            let i = t.index();
-            if read {
-                Stats::add(&self.stats.dev_reads[i], 1);
-                Stats::add(&self.stats.dev_read_bytes[i], n as u64);
-            } else {
-                Stats::add(&self.stats.dev_writes[i], 1);
-                Stats::add(&self.stats.dev_write_bytes[i], n as u64);
-            }
-        };
-        let fail = |t: Tier| {
-            let dev = self.devices.get(t).clone();
-            move |e| {
-                Stats::add(&self.stats.dev_errors[t.index()], 1);
-                io_err(dev.as_ref())(e)
-            }
-        };
-        hdd.read_at(buf, at).map_err(fail(Tier::Hdd))?;
-        count(Tier::Hdd, true, buf.len());
-        for l in &m.logged {
-            let o = (u64::from(l.block) * BLOCK_SIZE - lo) as usize;
-            let part = &mut buf[o..o + BLOCK_SIZE as usize];
-            ssd.read_at(part, self.log_offset(l.at))
-                .map_err(fail(Tier::Ssd))?;
-            count(Tier::Ssd, true, part.len());
-        }
-        pace(0);
-        hdd.write_at(buf, at).map_err(fail(Tier::Hdd))?;
-        count(Tier::Hdd, false, buf.len());
-        self.dirty[Tier::Hdd.index()].store(true, Ordering::Release);
-        Ok(len)
-    }
-
     /// Give up an item before its commit: its new slot back, its watch
     /// ended.
     fn end_item(&self, it: &Item) {
@@ -792,164 +779,5 @@ impl Volume {
         for it in items {
             self.end_item(it);
         }
-    }
-
-    /// A promotion's commit found the extent written during the copy (`m`
-    /// now, blocks `touched`): copy those blocks from their newest place to
-    /// the destination and shape the move anew from `m`. Runs under the
-    /// extent's write lock; the flush of step 5 makes the copies durable
-    /// before the new mapping. Returns the bytes copied.
-    fn recopy(&self, it: &mut Item, m: &Mapping, touched: &Written) -> VolumeResult<u64> {
-        let Some(dst) = it.fresh else {
-            return Ok(0);
-        };
-        let blocks = self.geo.blocks_per_extent();
-        let mut buf = vec![0u8; BLOCK_SIZE as usize];
-        let mut n = 0;
-        for b in (0..blocks).filter(|b| touched.get(*b)) {
-            let Some((tier, at)) = self.block_source(m, b) else {
-                continue;
-            };
-            let r = CopyRun {
-                from: tier,
-                src: at,
-                to: dst.tier,
-                dst: self.geo.slot_offset(dst.slot) + u64::from(b) * BLOCK_SIZE,
-                len: BLOCK_SIZE,
-            };
-            // Under the extent's lock: no turn is handed over.
-            self.copy_piece(r, &mut buf, &mut |_| {})?;
-            n += BLOCK_SIZE;
-        }
-        it.before = m.clone();
-        it.release.clear();
-        it.saved = 0;
-        let keep = it.keep;
-        self.shape(it, Goal::Ssd, keep);
-        Ok(n)
-    }
-
-    /// Copy every item's runs; runs that continue each other on both devices
-    /// (neighbouring slots, neighbouring blocks) go as one read and one
-    /// write of up to [`MERGE_MAX`] bytes.
-    fn copy_items(
-        &self,
-        items: &[Item],
-        copied: &mut [u64],
-        pace: &mut dyn FnMut(u64),
-    ) -> VolumeResult<()> {
-        let mut cur: Option<CopyRun> = None;
-        let mut buf = Vec::new();
-        let go = |r: CopyRun, buf: &mut Vec<u8>, pace: &mut dyn FnMut(u64)| -> VolumeResult<()> {
-            pace(r.len);
-            buf.resize(r.len as usize, 0);
-            self.copy_piece(r, buf, pace)
-        };
-        let mut nop = |_: u64| {};
-        for (k, it) in items.iter().enumerate() {
-            let _held = if it.in_place {
-                if let Some(c) = cur.take() {
-                    go(c, &mut buf, &mut *pace)?;
-                }
-                // Paced before the lock, never under it: a pacing wait
-                // under the extent's read lock would hold its writers for
-                // the wait (on the virtual clock, forever: the blocked
-                // writer keeps the turn the wait needs).
-                let span = it.before.logged.len() >= SPAN_MIN;
-                pace(if span {
-                    span_len(&it.before)
-                } else {
-                    it.runs.iter().map(|r| r.len).sum()
-                });
-                let guard = self.map.at(it.extent).read();
-                if guard.as_ref() != Some(&it.before) {
-                    // Changed since the snapshot: its commit will see it.
-                    continue;
-                }
-                if span {
-                    copied[k] += self.span_write_back(&it.before, &mut buf, &mut nop)?;
-                    continue;
-                }
-                Some(guard)
-            } else {
-                None
-            };
-            let pace: &mut dyn FnMut(u64) = if it.in_place { &mut nop } else { &mut *pace };
-            for r in &it.runs {
-                copied[k] += r.len;
-                match cur.as_mut() {
-                    Some(c)
-                        if c.from == r.from
-                            && c.to == r.to
-                            && c.src + c.len == r.src
-                            && c.dst + c.len == r.dst
-                            && c.len + r.len <= MERGE_MAX =>
-                    {
-                        c.len += r.len;
-                    }
-                    _ => {
-                        if let Some(c) = cur.replace(*r) {
-                            go(c, &mut buf, &mut *pace)?;
-                        }
-                    }
-                }
-            }
-            if it.in_place {
-                if let Some(c) = cur.take() {
-                    go(c, &mut buf, &mut *pace)?;
-                }
-            }
-        }
-        if let Some(c) = cur {
-            go(c, &mut buf, &mut *pace)?;
-        }
-        Ok(())
-    }
-
-    /// One device-to-device copy through `buf` (of the run's length),
-    /// counted: one read, then writes of at most [`COPY_CHUNK`], each after
-    /// `pace(0)` — a turn for foreground I/O between them (on the virtual
-    /// clock this is also where the read's device time elapses before the
-    /// write is queued, so the write does not hold the destination ahead of
-    /// foreground requests; on the real clock it costs nothing).
-    fn copy_piece(
-        &self,
-        r: CopyRun,
-        buf: &mut [u8],
-        pace: &mut dyn FnMut(u64),
-    ) -> VolumeResult<()> {
-        let (sdev, ddev) = (self.devices.get(r.from), self.devices.get(r.to));
-        sdev.read_at(buf, r.src).map_err(|e| {
-            Stats::add(&self.stats.dev_errors[r.from.index()], 1);
-            io_err(sdev.as_ref())(e)
-        })?;
-        Stats::add(&self.stats.dev_reads[r.from.index()], 1);
-        Stats::add(&self.stats.dev_read_bytes[r.from.index()], buf.len() as u64);
-        for (k, chunk) in buf.chunks(COPY_CHUNK as usize).enumerate() {
-            pace(0);
-            let at = r.dst + k as u64 * COPY_CHUNK;
-            ddev.write_at(chunk, at).map_err(|e| {
-                Stats::add(&self.stats.dev_errors[r.to.index()], 1);
-                io_err(ddev.as_ref())(e)
-            })?;
-            self.dirty[r.to.index()].store(true, Ordering::Release);
-            Stats::add(&self.stats.dev_writes[r.to.index()], 1);
-            Stats::add(
-                &self.stats.dev_write_bytes[r.to.index()],
-                chunk.len() as u64,
-            );
-        }
-        Ok(())
-    }
-}
-
-/// Bytes from the first to the last logged block of `m` (what a span
-/// write-back reads and writes).
-fn span_len(m: &Mapping) -> u64 {
-    match (m.logged.first(), m.logged.last()) {
-        (Some(first), Some(last)) => {
-            u64::from(last.block + 1) * BLOCK_SIZE - u64::from(first.block) * BLOCK_SIZE
-        }
-        _ => 0,
     }
 }

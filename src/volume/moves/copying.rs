@@ -1,0 +1,232 @@
+//! The copying half of a move: the device-to-device copies of step 2
+//! (neighbouring runs merged, in-place copies under the extent's read
+//! lock, a write-back of many logged blocks as one span), and the re-copy
+//! of blocks a promotion's commit finds written meanwhile.
+
+use std::sync::atomic::Ordering;
+
+use super::super::error::io_err;
+use super::super::extent::Mapping;
+use super::super::geometry::{Tier, BLOCK_SIZE};
+use super::super::stats::Stats;
+use super::super::{Volume, VolumeResult};
+use super::{CopyRun, Goal, Item, COPY_CHUNK, MERGE_MAX, SPAN_MIN};
+use crate::volume::extent::Written;
+
+impl Volume {
+    /// Write back the logged blocks of `m` as one span: read the HDD from
+    /// its first to its last logged block, lay the logged blocks over it,
+    /// write the span back — one seek and two streaming transfers instead
+    /// of a seek per block. Returns the bytes written.
+    fn span_write_back(
+        &self,
+        m: &Mapping,
+        buf: &mut Vec<u8>,
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<u64> {
+        let Some(first) = m.logged.first() else {
+            return Ok(0);
+        };
+        let lo = u64::from(first.block) * BLOCK_SIZE;
+        let len = span_len(m);
+        let at = self.geo.slot_offset(m.loc.slot) + lo;
+        pace(len);
+        buf.resize(len as usize, 0);
+        let (ssd, hdd) = (self.devices.get(Tier::Ssd), self.devices.get(Tier::Hdd));
+        let count = |t: Tier, read: bool, n: usize| {
+            let i = t.index();
+            if read {
+                Stats::add(&self.stats.dev_reads[i], 1);
+                Stats::add(&self.stats.dev_read_bytes[i], n as u64);
+            } else {
+                Stats::add(&self.stats.dev_writes[i], 1);
+                Stats::add(&self.stats.dev_write_bytes[i], n as u64);
+            }
+        };
+        let fail = |t: Tier| {
+            let dev = self.devices.get(t).clone();
+            move |e| {
+                Stats::add(&self.stats.dev_errors[t.index()], 1);
+                io_err(dev.as_ref())(e)
+            }
+        };
+        hdd.read_at(buf, at).map_err(fail(Tier::Hdd))?;
+        count(Tier::Hdd, true, buf.len());
+        for l in &m.logged {
+            let o = (u64::from(l.block) * BLOCK_SIZE - lo) as usize;
+            let part = &mut buf[o..o + BLOCK_SIZE as usize];
+            ssd.read_at(part, self.log_offset(l.at))
+                .map_err(fail(Tier::Ssd))?;
+            count(Tier::Ssd, true, part.len());
+        }
+        pace(0);
+        hdd.write_at(buf, at).map_err(fail(Tier::Hdd))?;
+        count(Tier::Hdd, false, buf.len());
+        self.dirty[Tier::Hdd.index()].store(true, Ordering::Release);
+        Ok(len)
+    }
+
+    /// A promotion's commit found the extent written during the copy (`m`
+    /// now, blocks `touched`): copy those blocks from their newest place to
+    /// the destination and shape the move anew from `m`. Runs under the
+    /// extent's write lock; the flush of step 5 makes the copies durable
+    /// before the new mapping. Returns the bytes copied.
+    pub(super) fn recopy(
+        &self,
+        it: &mut Item,
+        m: &Mapping,
+        touched: &Written,
+    ) -> VolumeResult<u64> {
+        let Some(dst) = it.fresh else {
+            return Ok(0);
+        };
+        let blocks = self.geo.blocks_per_extent();
+        let mut buf = vec![0u8; BLOCK_SIZE as usize];
+        let mut n = 0;
+        for b in (0..blocks).filter(|b| touched.get(*b)) {
+            let Some((tier, at)) = self.block_source(m, b) else {
+                continue;
+            };
+            let r = CopyRun {
+                from: tier,
+                src: at,
+                to: dst.tier,
+                dst: self.geo.slot_offset(dst.slot) + u64::from(b) * BLOCK_SIZE,
+                len: BLOCK_SIZE,
+            };
+            // Under the extent's lock: no turn is handed over.
+            self.copy_piece(r, &mut buf, &mut |_| {})?;
+            n += BLOCK_SIZE;
+        }
+        it.before = m.clone();
+        it.release.clear();
+        it.saved = 0;
+        let keep = it.keep;
+        self.shape(it, Goal::Ssd, keep);
+        Ok(n)
+    }
+
+    /// Copy every item's runs; runs that continue each other on both devices
+    /// (neighbouring slots, neighbouring blocks) go as one read and one
+    /// write of up to [`MERGE_MAX`] bytes.
+    pub(super) fn copy_items(
+        &self,
+        items: &[Item],
+        copied: &mut [u64],
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<()> {
+        let mut cur: Option<CopyRun> = None;
+        let mut buf = Vec::new();
+        let go = |r: CopyRun, buf: &mut Vec<u8>, pace: &mut dyn FnMut(u64)| -> VolumeResult<()> {
+            pace(r.len);
+            buf.resize(r.len as usize, 0);
+            self.copy_piece(r, buf, pace)
+        };
+        let mut nop = |_: u64| {};
+        for (k, it) in items.iter().enumerate() {
+            let _held = if it.in_place {
+                if let Some(c) = cur.take() {
+                    go(c, &mut buf, &mut *pace)?;
+                }
+                // Paced before the lock, never under it: a pacing wait
+                // under the extent's read lock would hold its writers for
+                // the wait (on the virtual clock, forever: the blocked
+                // writer keeps the turn the wait needs).
+                let span = it.before.logged.len() >= SPAN_MIN;
+                pace(if span {
+                    span_len(&it.before)
+                } else {
+                    it.runs.iter().map(|r| r.len).sum()
+                });
+                let guard = self.map.at(it.extent).read();
+                if guard.as_ref() != Some(&it.before) {
+                    // Changed since the snapshot: its commit will see it.
+                    continue;
+                }
+                if span {
+                    copied[k] += self.span_write_back(&it.before, &mut buf, &mut nop)?;
+                    continue;
+                }
+                Some(guard)
+            } else {
+                None
+            };
+            let pace: &mut dyn FnMut(u64) = if it.in_place { &mut nop } else { &mut *pace };
+            for r in &it.runs {
+                copied[k] += r.len;
+                match cur.as_mut() {
+                    Some(c)
+                        if c.from == r.from
+                            && c.to == r.to
+                            && c.src + c.len == r.src
+                            && c.dst + c.len == r.dst
+                            && c.len + r.len <= MERGE_MAX =>
+                    {
+                        c.len += r.len;
+                    }
+                    _ => {
+                        if let Some(c) = cur.replace(*r) {
+                            go(c, &mut buf, &mut *pace)?;
+                        }
+                    }
+                }
+            }
+            if it.in_place {
+                if let Some(c) = cur.take() {
+                    go(c, &mut buf, &mut *pace)?;
+                }
+            }
+        }
+        if let Some(c) = cur {
+            go(c, &mut buf, &mut *pace)?;
+        }
+        Ok(())
+    }
+
+    /// One device-to-device copy through `buf` (of the run's length),
+    /// counted: one read, then writes of at most [`COPY_CHUNK`], each after
+    /// `pace(0)` — a turn for foreground I/O between them (on the virtual
+    /// clock this is also where the read's device time elapses before the
+    /// write is queued, so the write does not hold the destination ahead of
+    /// foreground requests; on the real clock it costs nothing).
+    fn copy_piece(
+        &self,
+        r: CopyRun,
+        buf: &mut [u8],
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<()> {
+        let (sdev, ddev) = (self.devices.get(r.from), self.devices.get(r.to));
+        sdev.read_at(buf, r.src).map_err(|e| {
+            Stats::add(&self.stats.dev_errors[r.from.index()], 1);
+            io_err(sdev.as_ref())(e)
+        })?;
+        Stats::add(&self.stats.dev_reads[r.from.index()], 1);
+        Stats::add(&self.stats.dev_read_bytes[r.from.index()], buf.len() as u64);
+        for (k, chunk) in buf.chunks(COPY_CHUNK as usize).enumerate() {
+            pace(0);
+            let at = r.dst + k as u64 * COPY_CHUNK;
+            ddev.write_at(chunk, at).map_err(|e| {
+                Stats::add(&self.stats.dev_errors[r.to.index()], 1);
+                io_err(ddev.as_ref())(e)
+            })?;
+            self.dirty[r.to.index()].store(true, Ordering::Release);
+            Stats::add(&self.stats.dev_writes[r.to.index()], 1);
+            Stats::add(
+                &self.stats.dev_write_bytes[r.to.index()],
+                chunk.len() as u64,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Bytes from the first to the last logged block of `m` (what a span
+/// write-back reads and writes).
+pub(super) fn span_len(m: &Mapping) -> u64 {
+    match (m.logged.first(), m.logged.last()) {
+        (Some(first), Some(last)) => {
+            u64::from(last.block + 1) * BLOCK_SIZE - u64::from(first.block) * BLOCK_SIZE
+        }
+        _ => 0,
+    }
+}
