@@ -167,13 +167,13 @@ fn metadata_decoders_never_panic_and_round_trip() {
         ),
         Mapping {
             logged: vec![
-                Logged {
-                    block: 3,
-                    at: LogPos { slot: 9, index: 0 },
-                },
+                Logged::whole(3, LogPos { slot: 9, index: 0 }),
                 Logged {
                     block: 70,
                     at: LogPos { slot: 9, index: 1 },
+                    // Logged in part (a version-3 record), when block 70
+                    // was written before.
+                    sectors: if partial.get(70) { 0b0001_1000 } else { 0xff },
                 },
             ],
             ..Mapping::plain(

@@ -613,3 +613,30 @@ fn new_data_takes_the_ssd_back_from_clean_shadows_at_once() {
     vol.flush().expect("flush");
     power_cycle(&bed, vol, &model, "after a power cut", 24);
 }
+
+#[test]
+fn cleaning_a_stale_shadow_keeps_the_extent_on_the_ssd_and_makes_leaving_free() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+    assert!(matches!(migrate(&vol, 0, Tier::Ssd), MoveOutcome::Moved(_)));
+    put(&vol, &mut model, 4096, &pattern(2, 8192));
+    let blocks = vol.geometry().blocks_per_extent();
+    assert!(!vol.mapping(0).expect("mapped").shadow_clean(blocks));
+    let hdd0 = dev_written(&vol, Tier::Hdd);
+    let out = tierd::migrate::clean_batch(&vol, &[(0, tierd::units::Reason::Reserve)], &mut |_| {})
+        .expect("clean");
+    assert_eq!(out, vec![(0, MoveOutcome::Moved(8192))]);
+    // Only the two stale blocks went to the HDD; the extent stayed.
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, 8192);
+    let m = vol.mapping(0).expect("mapped");
+    assert_eq!(m.loc.tier, Tier::Ssd);
+    assert!(m.shadow_clean(blocks), "{m:?}");
+    assert_reads(&vol, &model, "cleaned");
+    // Leaving now costs nothing.
+    assert_eq!(migrate(&vol, 0, Tier::Hdd), MoveOutcome::Moved(0));
+    assert_reads(&vol, &model, "left for free");
+    vol.flush().expect("flush");
+    assert_accounting(&vol, 24);
+}

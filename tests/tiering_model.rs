@@ -21,12 +21,18 @@ fn random_ops_with_migrations_match_the_model() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x7e1d);
     let (mut moved, mut rounds_moved) = (0, 0);
     for step in 0..3000 {
-        let offset = if rng.gen_bool(0.5) {
-            rng.gen_range(0..size)
-        } else {
-            rng.gen_range(0..size / 4096) * 4096
+        // Byte, sector (as recorded block traces write) and block aligned.
+        let (offset, unit) = match rng.gen_range(0..3) {
+            0 => (rng.gen_range(0..size), 1),
+            1 => (rng.gen_range(0..size / 512) * 512, 512),
+            _ => (rng.gen_range(0..size / 4096) * 4096, 1),
         };
         let len = rng.gen_range(1..=(size - offset).min(2 * EXTENT));
+        let len = if unit > 1 && len >= unit {
+            len / unit * unit
+        } else {
+            len
+        };
         let (o, l) = (offset as usize, len as usize);
         match rng.gen_range(0..100) {
             0..=29 => {

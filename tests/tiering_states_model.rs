@@ -60,9 +60,14 @@ impl Figures {
     }
 }
 
-/// A range biased towards block and extent boundaries, at most 3 extents.
+/// A range biased towards sector, block and extent boundaries, at most 3
+/// extents.
 fn range(rng: &mut impl Rng, size: u64) -> (u64, u64) {
+    // Sector-aligned ranges too (as recorded block traces write): parts
+    // of blocks the write log takes by their sectors.
+    let sectors = rng.gen_bool(0.25);
     let offset = match rng.gen_range(0..3) {
+        0 if sectors => rng.gen_range(0..size / 512) * 512,
         0 => rng.gen_range(0..size),
         1 => rng.gen_range(0..size / BLK) * BLK,
         _ => rng.gen_range(0..size / EXTENT) * EXTENT,
@@ -73,7 +78,11 @@ fn range(rng: &mut impl Rng, size: u64) -> (u64, u64) {
         1 => rng.gen_range(1..=max),
         _ => (max / BLK).max(1).min(rng.gen_range(1..=20)) * BLK,
     };
-    (offset, len.min(max).max(1))
+    let len = len.min(max).max(1);
+    if sectors && len >= 512 {
+        return (offset, len / 512 * 512);
+    }
+    (offset, len)
 }
 
 fn mappings(vol: &Volume, extents: u64) -> Vec<Option<Mapping>> {

@@ -25,9 +25,13 @@ fn setup(ssd: u64, hdd: u64, extent: u64, reserve: u64) -> (Devices, Arc<dyn Met
     (devices, store)
 }
 
-/// Pick a range biased towards block and extent boundaries.
+/// Pick a range biased towards sector, block and extent boundaries.
 fn range(rng: &mut impl Rng, size: u64, extent: u64) -> (u64, u64) {
+    // Sector-aligned ranges too (as recorded block traces write): parts
+    // of blocks the write log takes by their sectors.
+    let sectors = rng.gen_bool(0.25);
     let offset = match rng.gen_range(0..3) {
+        0 if sectors => rng.gen_range(0..size / 512) * 512,
         0 => rng.gen_range(0..size),
         1 => rng.gen_range(0..size / 4096) * 4096,
         _ => rng.gen_range(0..size / extent) * extent,
@@ -38,7 +42,11 @@ fn range(rng: &mut impl Rng, size: u64, extent: u64) -> (u64, u64) {
         1 => rng.gen_range(1..=max),
         _ => (max / 4096).max(1).min(rng.gen_range(1..=64)) * 4096,
     };
-    (offset, len.min(max).max(1))
+    let len = len.min(max).max(1);
+    if sectors && len >= 512 {
+        return (offset, len / 512 * 512);
+    }
+    (offset, len)
 }
 
 #[test]

@@ -616,3 +616,100 @@ fn promotion_of_a_partly_logged_extent_has_every_block_right() {
         assert_accounting(&vol, 24);
     }
 }
+
+#[test]
+fn sector_aligned_parts_of_blocks_over_hdd_data_land_in_the_log_by_their_sectors() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+    let hdd_image = bed.hdd.snapshot();
+    let hdd_read = dev_read(&vol, Tier::Hdd);
+    // 3 KiB from sector 1 of block 3 (recorded traces write 512-byte
+    // sectors), and 1.5 KiB from the last two sectors of block 4 into the
+    // first of block 5: on flash, the HDD neither written nor read.
+    put(&vol, &mut model, at(0, 3) + 512, &pattern(2, 3072));
+    put(&vol, &mut model, at(0, 4) + 3072, &pattern(3, 1536));
+    assert!(
+        bed.hdd.snapshot() == hdd_image,
+        "a logged write touched the HDD"
+    );
+    assert_eq!(dev_read(&vol, Tier::Hdd), hdd_read, "read the HDD to write");
+    let masks = |vol: &tierd::volume::Volume| -> Vec<(u32, u8)> {
+        vol.mapping(0)
+            .expect("mapped")
+            .logged
+            .iter()
+            .map(|l| (l.block, l.sectors))
+            .collect()
+    };
+    assert_eq!(
+        masks(&vol),
+        vec![(3, 0b0111_1110), (4, 0b1100_0000), (5, 0b0000_0001)]
+    );
+    assert_reads(&vol, &model, "parts of blocks over HDD data");
+    // More sectors of block 3 go to its place; with the last one the log
+    // holds the whole block.
+    let place = vol.mapping(0).expect("mapped").logged_at(3);
+    put(&vol, &mut model, at(0, 3) + 3584, &pattern(4, 512));
+    assert_eq!(masks(&vol)[0], (3, 0b1111_1110));
+    put(&vol, &mut model, at(0, 3), &pattern(5, 512));
+    assert_eq!(masks(&vol)[0], (3, 0xff));
+    assert_eq!(vol.mapping(0).expect("mapped").logged_at(3), place);
+    // A write of part of a sector into a block logged in part: the block
+    // is completed from the HDD and logged whole.
+    put(&vol, &mut model, at(0, 4) + 100, &pattern(6, 200));
+    assert_eq!(masks(&vol)[1], (4, 0xff));
+    assert_reads(&vol, &model, "merged");
+    // Zeros over part of block 5 (logged in part): both halves read zeros.
+    vol.discard(at(0, 5) + 256, 1024, true, false, false)
+        .expect("write zeroes");
+    model[at(0, 5) as usize + 256..at(0, 5) as usize + 1280].fill(0);
+    assert_reads(&vol, &model, "zeros over part of a block logged in part");
+    // Durable: after a flush and a power cut, and after a clean restart.
+    vol.flush().expect("flush");
+    let kept = masks(&vol);
+    drop(vol);
+    bed.power_cut();
+    let vol = bed.open();
+    assert_eq!(masks(&vol), kept, "the masks after a power cut");
+    assert_reads(&vol, &model, "after a power cut");
+    vol.close().expect("close");
+    drop(vol);
+    let vol = bed.open();
+    assert_reads(&vol, &model, "after a restart");
+    // Write-back sends the sectors home: the HDD slot then holds the model.
+    let out = write_back(&vol, &[0]);
+    assert!(matches!(out[0].1, MoveOutcome::Moved(_)), "{out:?}");
+    assert_eq!(logged_blocks(&vol, 0), Vec::<u32>::new());
+    let slot = vol.mapping(0).expect("mapped").loc.slot;
+    let base = vol.geometry().slot_offset(slot) as usize;
+    assert!(
+        bed.hdd.snapshot()[base..base + EXTENT as usize] == model[..EXTENT as usize],
+        "written back"
+    );
+    // Parts logged again, then a promotion: the SSD copy has every sector
+    // right, and so does the HDD after the way back.
+    put(&vol, &mut model, at(0, 7) + 1024, &pattern(7, 2048));
+    put(&vol, &mut model, at(0, 9) + 3584, &pattern(8, 1024));
+    assert_eq!(
+        masks(&vol),
+        vec![(7, 0b0011_1100), (9, 0b1000_0000), (10, 1)]
+    );
+    assert_eq!(
+        migrate(&vol, 0, Tier::Ssd),
+        MoveOutcome::Moved(EXTENT + 3072)
+    );
+    assert_eq!(tier_of(&vol, 0), Some(Tier::Ssd));
+    assert_reads(&vol, &model, "promoted");
+    assert!(matches!(migrate(&vol, 0, Tier::Hdd), MoveOutcome::Moved(_)));
+    assert_reads(&vol, &model, "demoted again");
+    let m = vol.mapping(0).expect("mapped");
+    let base = vol.geometry().slot_offset(m.loc.slot) as usize;
+    assert!(
+        bed.hdd.snapshot()[base..base + EXTENT as usize] == model[..EXTENT as usize],
+        "on the HDD after the round trip"
+    );
+    vol.flush().expect("flush");
+    assert_accounting(&vol, 24);
+}

@@ -1,7 +1,9 @@
 //! A crash after every step of the copy protocol for the moves of the new
 //! mapping states: a write-back of logged blocks, a demotion into a clean
 //! shadow, a demotion into a shadow with stale blocks, a promotion of a
-//! partly logged HDD extent, and a pre-clean (SSD extents given an HDD copy). Each is crashed as a process kill (every write
+//! partly logged HDD extent, a pre-clean (SSD extents given an HDD copy)
+//! and a refresh (stale shadows brought up to date in place, the extents
+//! staying on the SSD). Each is crashed as a process kill (every write
 //! the OS has survives: the volume is dropped without a flush) and as a
 //! power cut (only synced data and flushed metadata survive). After the
 //! restart every block holds its last flushed value or a later write (after
@@ -45,14 +47,19 @@ enum Case {
     /// Three SSD extents with no HDD copy pre-cleaned, some of their
     /// blocks written after the last flush.
     Preclean,
+    /// Three SSD extents with stale shadows cleaned where they are (the
+    /// stale blocks written into the shadows), some written after the last
+    /// flush.
+    Refresh,
 }
 
-const CASES: [Case; 5] = [
+const CASES: [Case; 6] = [
     Case::WriteBack,
     Case::DemoteClean,
     Case::DemoteStale,
     Case::PromoteLogged,
     Case::Preclean,
+    Case::Refresh,
 ];
 
 struct Writer {
@@ -136,11 +143,11 @@ fn prepare(case: Case) -> (Bed, Arc<Volume>, Writer) {
             w.write(&vol, 1, 5, 1);
             assert_eq!(vol.usage().logged_blocks, 11);
         }
-        Case::DemoteClean | Case::DemoteStale => {
+        Case::DemoteClean | Case::DemoteStale | Case::Refresh => {
             all_to(&vol, Tier::Ssd);
             assert_eq!(vol.usage().shadows, 3);
             w.flush(&vol);
-            if case == Case::DemoteStale {
+            if case != Case::DemoteClean {
                 w.write(&vol, 0, 2, 1);
                 w.write(&vol, 1, 12, 1); // never written before
                 w.flush(&vol);
@@ -165,6 +172,7 @@ fn the_move(case: Case, vol: &Volume) -> Vec<(u64, MoveOutcome)> {
         }
         Case::PromoteLogged => tierd::migrate::migrate_batch(vol, &batch, Tier::Ssd, &mut |_| {}),
         Case::Preclean => tierd::migrate::preclean_batch(vol, &MOVING, &mut |_| {}),
+        Case::Refresh => tierd::migrate::clean_batch(vol, &batch, &mut |_| {}),
     };
     r.unwrap_or_else(|e| panic!("{case:?}: {e}"))
 }
@@ -265,6 +273,7 @@ fn run(case: Case, step: Option<MoveStep>, power_cut: bool) -> u64 {
             Case::DemoteClean | Case::DemoteStale => assert!(on(Tier::Hdd), "{what}"),
             Case::PromoteLogged => assert!(on(Tier::Ssd) && u.logged_blocks == 0, "{what}"),
             Case::Preclean => assert!(on(Tier::Ssd), "{what}"),
+            Case::Refresh => assert!(on(Tier::Ssd), "{what}"),
         }
     }
 
@@ -281,8 +290,11 @@ fn run(case: Case, step: Option<MoveStep>, power_cut: bool) -> u64 {
         "{what}: finishing: {out:?}"
     );
     assert_same(&vol, &image, &format!("{what}: move finished"));
-    if case == Case::Preclean {
-        assert_eq!(vol.usage().shadows, 3, "{what}: pre-cleaned again");
+    if matches!(case, Case::Preclean | Case::Refresh) {
+        // The unclean stop dropped the shadows: cleaning again gives each
+        // extent a new clean copy.
+        assert_eq!(vol.usage().shadows, 3, "{what}: cleaned again");
+        assert_eq!(vol.usage().shadow_stale_blocks, 0, "{what}: cleaned again");
     }
     let (there, back) = match case {
         Case::PromoteLogged => (Tier::Hdd, Tier::Ssd),

@@ -20,7 +20,7 @@ pub use bucket::TokenBucket;
 pub use candidates::{all_candidates, candidates};
 #[cfg(feature = "failpoints")]
 pub use copy::arm_crash_after;
-pub use copy::{migrate_batch, migrate_extent, preclean_batch, write_back_batch};
+pub use copy::{clean_batch, migrate_batch, migrate_extent, preclean_batch, write_back_batch};
 pub use knobs::MigrateConfig;
 pub use policy::{plan, Candidate, Move, PlanInput, PolicyConfig};
 pub use worker::{Migrator, ProgressSnapshot, RoundReport};

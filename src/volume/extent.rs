@@ -130,6 +130,12 @@ pub struct LogPos {
     pub index: u32,
 }
 
+/// Bytes per sector: the unit a block is logged in part by.
+pub const SECTOR: u64 = 512;
+
+/// Every sector of a block ([`Logged::sectors`]).
+pub const ALL_SECTORS: u8 = 0xff;
+
 /// A block of an HDD extent whose newest data is in the write log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Logged {
@@ -137,6 +143,63 @@ pub struct Logged {
     pub block: u32,
     /// Where its data is.
     pub at: LogPos,
+    /// Which of the block's eight 512-byte sectors the log place holds
+    /// (bit `i`: sector `i`); [`ALL_SECTORS`] for the whole block. A block
+    /// logged in part was written on the HDD before: its other sectors'
+    /// newest data is in the extent's HDD slot, so a write of part of it
+    /// lands on flash without reading the rest off the HDD first.
+    pub sectors: u8,
+}
+
+impl Logged {
+    /// The whole block at `at`.
+    pub fn whole(block: u32, at: LogPos) -> Self {
+        Logged {
+            block,
+            at,
+            sectors: ALL_SECTORS,
+        }
+    }
+
+    /// Whether the log place holds the whole block.
+    pub fn is_whole(&self) -> bool {
+        self.sectors == ALL_SECTORS
+    }
+
+    /// The runs of sectors the log place holds, as byte ranges
+    /// `(start, end)` inside the block.
+    pub fn sector_runs(&self) -> Vec<(u64, u64)> {
+        sector_runs(self.sectors)
+    }
+}
+
+/// The runs of set bits of a sector mask, as byte ranges inside a block.
+pub fn sector_runs(mask: u8) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for i in 0..8u64 {
+        if mask & (1 << i) == 0 {
+            continue;
+        }
+        match out.last_mut() {
+            Some((_, end)) if *end == i * SECTOR => *end += SECTOR,
+            _ => out.push((i * SECTOR, (i + 1) * SECTOR)),
+        }
+    }
+    out
+}
+
+/// The sectors of a block that bytes `[start, end)` (offsets inside the
+/// block, `start < end <= 4096`) cover whole, and whether they cover every
+/// byte they touch (both ends on sector boundaries).
+pub fn sectors_of(start: u64, end: u64) -> (u8, bool) {
+    let aligned = start.is_multiple_of(SECTOR) && end.is_multiple_of(SECTOR);
+    let mut mask = 0u8;
+    for i in 0..8u64 {
+        if start <= i * SECTOR && (i + 1) * SECTOR <= end {
+            mask |= 1 << i;
+        }
+    }
+    (mask, aligned)
 }
 
 /// The clean HDD copy an SSD extent keeps after a promotion.
@@ -243,12 +306,18 @@ impl Mapping {
             .is_some_and(|s| (0..blocks).all(|b| !(self.written.get(b) && s.stale.get(b))))
     }
 
-    /// The log place of block `b`, if its newest data is in the log.
+    /// The log place of block `b`, if its newest data (all of it, or some
+    /// of its sectors) is in the log.
     pub fn logged_at(&self, b: u32) -> Option<LogPos> {
+        self.logged_entry(b).map(|l| l.at)
+    }
+
+    /// The log entry of block `b`, if any.
+    pub fn logged_entry(&self, b: u32) -> Option<&Logged> {
         self.logged
             .binary_search_by_key(&b, |l| l.block)
             .ok()
-            .map(|i| self.logged[i].at)
+            .map(|i| &self.logged[i])
     }
 
     /// Every slot this mapping owns (its own, and its shadow's).
@@ -261,11 +330,20 @@ impl Mapping {
     }
 
     /// Encode for the metadata store: version 1 for a plain mapping (what
-    /// older releases read), version 2 otherwise.
+    /// older releases read), version 2 for one with a shadow or blocks
+    /// logged whole, version 3 (each logged block with its sector mask)
+    /// once a block is logged in part.
     pub fn encode(&self) -> Vec<u8> {
         let plain = self.shadow.is_none() && self.logged.is_empty();
+        let parts = self.logged.iter().any(|l| !l.is_whole());
         let mut b = Vec::with_capacity(7);
-        b.push(if plain { 1u8 } else { 2u8 });
+        b.push(if plain {
+            1u8
+        } else if parts {
+            3u8
+        } else {
+            2u8
+        });
         b.push(match self.loc.tier {
             Tier::Ssd => 0,
             Tier::Hdd => 1,
@@ -288,6 +366,9 @@ impl Mapping {
             b.extend_from_slice(&l.block.to_le_bytes());
             b.extend_from_slice(&l.at.slot.to_le_bytes());
             b.extend_from_slice(&l.at.index.to_le_bytes());
+            if parts {
+                b.push(l.sectors);
+            }
         }
         b
     }
@@ -296,7 +377,7 @@ impl Mapping {
     pub fn decode(b: &[u8], blocks: u32) -> Result<Self, RecordError> {
         let mut r = Reader(b);
         let version = r.u8()?;
-        if version != 1 && version != 2 {
+        if !(1..=3).contains(&version) {
             return Err(RecordError("unknown record version"));
         }
         let tier = match r.u8()? {
@@ -307,7 +388,7 @@ impl Mapping {
         let slot = r.u32()?;
         let written = r.bitmap(blocks)?;
         let mut m = Mapping::plain(Loc { tier, slot }, written);
-        if version == 2 {
+        if version >= 2 {
             m.shadow = match r.u8()? {
                 0 => None,
                 1 => {
@@ -329,13 +410,20 @@ impl Mapping {
                     slot: r.u32()?,
                     index: r.u32()?,
                 };
+                let sectors = if version == 3 { r.u8()? } else { ALL_SECTORS };
                 if block >= blocks || at.index >= blocks {
                     return Err(RecordError("logged block out of range"));
                 }
                 if m.logged.last().is_some_and(|l| l.block >= block) {
                     return Err(RecordError("logged blocks out of order"));
                 }
-                m.logged.push(Logged { block, at });
+                if sectors == 0 {
+                    return Err(RecordError("a logged block with no sector"));
+                }
+                if sectors != ALL_SECTORS && !m.written.get(block) {
+                    return Err(RecordError("a block logged in part but never written"));
+                }
+                m.logged.push(Logged { block, at, sectors });
             }
             if m.shadow.is_some() && m.loc.tier != Tier::Ssd {
                 return Err(RecordError("a shadow on an HDD extent"));
@@ -375,6 +463,36 @@ mod tests {
     }
 
     #[test]
+    fn sector_masks() {
+        assert_eq!(sectors_of(0, 4096), (ALL_SECTORS, true));
+        assert_eq!(sectors_of(512, 1536), (0b0000_0110, true));
+        // 3 KiB from the block's start, as MSR's 3072-byte writes.
+        assert_eq!(sectors_of(0, 3072), (0b0011_1111, true));
+        assert_eq!(sectors_of(100, 1100).1, false);
+        assert_eq!(sector_runs(0b1100_0110), vec![(512, 1536), (3072, 4096)]);
+        assert_eq!(sector_runs(ALL_SECTORS), vec![(0, 4096)]);
+    }
+
+    #[test]
+    fn a_record_logging_part_of_an_unwritten_block_is_refused() {
+        let m = Mapping {
+            logged: vec![Logged {
+                block: 1,
+                at: LogPos { slot: 0, index: 0 },
+                sectors: 1,
+            }],
+            ..Mapping::plain(
+                Loc {
+                    tier: Tier::Hdd,
+                    slot: 5,
+                },
+                Written::empty(256),
+            )
+        };
+        assert!(Mapping::decode(&m.encode(), 256).is_err());
+    }
+
+    #[test]
     fn records_roundtrip() {
         let mut written = Written::empty(256);
         written.set_range(3, 200, true, 256);
@@ -408,16 +526,30 @@ mod tests {
             },
             Mapping {
                 logged: vec![
-                    Logged {
-                        block: 4,
-                        at: LogPos { slot: 2, index: 0 },
-                    },
-                    Logged {
-                        block: 200,
-                        at: LogPos {
+                    Logged::whole(4, LogPos { slot: 2, index: 0 }),
+                    Logged::whole(
+                        200,
+                        LogPos {
                             slot: 7,
                             index: 255,
                         },
+                    ),
+                ],
+                ..Mapping::plain(
+                    Loc {
+                        tier: Tier::Hdd,
+                        slot: 5,
+                    },
+                    written.clone(),
+                )
+            },
+            Mapping {
+                logged: vec![
+                    Logged::whole(4, LogPos { slot: 2, index: 0 }),
+                    Logged {
+                        block: 100,
+                        at: LogPos { slot: 7, index: 3 },
+                        sectors: 0b0000_0110,
                     },
                 ],
                 ..Mapping::plain(
@@ -431,7 +563,13 @@ mod tests {
         ] {
             let enc = m.encode();
             let plain = m.shadow.is_none() && m.logged.is_empty();
-            assert_eq!(enc[0], if plain { 1 } else { 2 }, "{m:?}");
+            let parts = m.logged.iter().any(|l| !l.is_whole());
+            let version = match (plain, parts) {
+                (true, _) => 1,
+                (false, false) => 2,
+                (false, true) => 3,
+            };
+            assert_eq!(enc[0], version, "{m:?}");
             assert_eq!(Mapping::decode(&enc, 256).unwrap(), m);
             // Every truncation is refused, never misread.
             for n in 0..enc.len() {
@@ -451,7 +589,7 @@ mod tests {
             )
         );
         assert!(Mapping::decode(&[1, 0, 0, 0, 0, 0, 0, 0], 256).is_err());
-        assert!(Mapping::decode(&[3, 0, 0, 0, 0, 0, 1], 256).is_err());
+        assert!(Mapping::decode(&[4, 0, 0, 0, 0, 0, 1], 256).is_err());
         assert!(Mapping::decode(&[2, 0, 0, 0, 0, 0, 1], 256).is_err());
         assert!(Mapping::decode(&[1, 5, 0, 0, 0, 0, 1], 256).is_err());
     }

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
-use super::extent::{LogPos, Mapping, Written};
+use super::extent::{LogPos, Logged, Mapping, Written};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::stats::Stats;
 use super::{io_err, Volume, VolumeError, VolumeResult};
@@ -305,6 +305,12 @@ impl Volume {
                 continue;
             }
             let (first, last) = block_span(p.start, p.len);
+            let parts: Vec<Logged> = m
+                .logged
+                .iter()
+                .filter(|l| !l.is_whole() && (first..=last).contains(&l.block))
+                .copied()
+                .collect();
             for run in self.block_runs(m, first, last) {
                 let lo = (u64::from(run.first) * BLOCK_SIZE).max(p.start);
                 let hi = (u64::from(run.first + run.count) * BLOCK_SIZE).min(p.start + p.len);
@@ -320,6 +326,25 @@ impl Volume {
                             return Some(Err(e));
                         }
                     }
+                }
+            }
+            // Blocks logged in part: their sectors in the log over what the
+            // HDD slot gave.
+            for l in parts {
+                let base = u64::from(l.block) * BLOCK_SIZE;
+                for (s0, s1) in l.sector_runs() {
+                    let lo = (base + s0).max(p.start);
+                    let hi = (base + s1).min(p.start + p.len);
+                    if lo >= hi {
+                        continue;
+                    }
+                    let part = &mut dst[(lo - p.start) as usize..(hi - p.start) as usize];
+                    if let Err(e) = read(part, Tier::Ssd, self.log_offset(l.at) + (lo - base))? {
+                        return Some(Err(e));
+                    }
+                    let n = part.len() as u64;
+                    hit_bytes[Tier::Hdd.index()] -= n;
+                    hit_bytes[Tier::Ssd.index()] += n;
                 }
             }
         }
@@ -401,9 +426,13 @@ pub(crate) struct Run {
 impl Volume {
     /// Where the newest data of block `b` of mapping `m` is (tier, device
     /// offset), if it is written.
+    /// A block logged in part reads from its HDD slot, with the log's
+    /// sectors laid over it ([`Volume::overlay_logged`]).
     pub(crate) fn block_source(&self, m: &Mapping, b: u32) -> Option<(Tier, u64)> {
-        if let Some(at) = m.logged_at(b) {
-            return Some((Tier::Ssd, self.log_offset(at)));
+        if let Some(l) = m.logged_entry(b) {
+            if l.is_whole() {
+                return Some((Tier::Ssd, self.log_offset(l.at)));
+            }
         }
         m.written.get(b).then(|| {
             (
@@ -411,6 +440,39 @@ impl Volume {
                 self.geo.slot_offset(m.loc.slot) + u64::from(b) * BLOCK_SIZE,
             )
         })
+    }
+
+    /// Lay the sectors block `b` of `m` holds in the log (if it is logged
+    /// in part) over `out`, the block's 4 KiB as its HDD slot gave them.
+    pub(crate) fn overlay_logged(&self, m: &Mapping, b: u32, out: &mut [u8]) -> VolumeResult<()> {
+        let Some(l) = m.logged_entry(b).filter(|l| !l.is_whole()) else {
+            return Ok(());
+        };
+        let dev = self.devices.get(Tier::Ssd);
+        for (s0, s1) in l.sector_runs() {
+            let part = &mut out[s0 as usize..s1 as usize];
+            dev.read_at(part, self.log_offset(l.at) + s0).map_err(|e| {
+                Stats::add(&self.stats.dev_errors[Tier::Ssd.index()], 1);
+                io_err(dev.as_ref())(e)
+            })?;
+            Stats::add(&self.stats.dev_reads[Tier::Ssd.index()], 1);
+            Stats::add(&self.stats.dev_read_bytes[Tier::Ssd.index()], s1 - s0);
+        }
+        Ok(())
+    }
+
+    /// The sectors block `b` of `m` holds in the log when it is logged in
+    /// part: `(start, end, device offset)` runs, `start..end` inside the
+    /// block, to lay over its HDD data.
+    pub(crate) fn logged_sectors(&self, m: &Mapping, b: u32) -> Vec<(u64, u64, u64)> {
+        match m.logged_entry(b) {
+            Some(l) if !l.is_whole() => l
+                .sector_runs()
+                .into_iter()
+                .map(|(s0, s1)| (s0, s1, self.log_offset(l.at) + s0))
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// Device offset of a log place.

@@ -150,6 +150,29 @@ struct CopyRun {
     len: u64,
 }
 
+/// Add a copy of `len` bytes to `runs`, merged into the last run when it
+/// continues it on both devices (up to [`COPY_CHUNK`]).
+fn push_run(runs: &mut Vec<CopyRun>, len: u64, from: Tier, src: u64, to: Tier, dst: u64) {
+    if let Some(r) = runs.last_mut() {
+        if r.from == from
+            && r.to == to
+            && r.src + r.len == src
+            && r.dst + r.len == dst
+            && r.len + len <= COPY_CHUNK
+        {
+            r.len += len;
+            return;
+        }
+    }
+    runs.push(CopyRun {
+        from,
+        src,
+        to,
+        dst,
+        len,
+    });
+}
+
 /// Something a move gives up once its new mapping is durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Release {
@@ -434,26 +457,6 @@ impl Volume {
         let m = &m;
         let blocks = self.geo.blocks_per_extent();
         let mut runs: Vec<CopyRun> = Vec::new();
-        let mut push = |from: Tier, src: u64, to: Tier, dst: u64| {
-            if let Some(r) = runs.last_mut() {
-                if r.from == from
-                    && r.to == to
-                    && r.src + r.len == src
-                    && r.dst + r.len == dst
-                    && r.len + BLOCK_SIZE <= COPY_CHUNK
-                {
-                    r.len += BLOCK_SIZE;
-                    return;
-                }
-            }
-            runs.push(CopyRun {
-                from,
-                src,
-                to,
-                dst,
-                len: BLOCK_SIZE,
-            });
-        };
         let block_at =
             |loc: Loc, b: u32| self.geo.slot_offset(loc.slot) + u64::from(b) * BLOCK_SIZE;
         match goal {
@@ -461,7 +464,14 @@ impl Volume {
                 let Some(dst) = it.fresh else { return };
                 for b in 0..blocks {
                     if m.written.get(b) {
-                        push(Tier::Ssd, block_at(m.loc, b), Tier::Hdd, block_at(dst, b));
+                        push_run(
+                            &mut runs,
+                            BLOCK_SIZE,
+                            Tier::Ssd,
+                            block_at(m.loc, b),
+                            Tier::Hdd,
+                            block_at(dst, b),
+                        );
                     }
                 }
                 let mut after = m.clone();
@@ -475,7 +485,19 @@ impl Volume {
                 let dst = it.fresh.unwrap_or(m.loc);
                 for b in 0..blocks {
                     if let Some((tier, at)) = self.block_source(m, b) {
-                        push(tier, at, dst.tier, block_at(dst, b));
+                        push_run(&mut runs, BLOCK_SIZE, tier, at, dst.tier, block_at(dst, b));
+                    }
+                    // A block logged in part: its sectors in the log over
+                    // what the HDD slot gave, copied after it.
+                    for (s0, s1, at) in self.logged_sectors(m, b) {
+                        push_run(
+                            &mut runs,
+                            s1 - s0,
+                            Tier::Ssd,
+                            at,
+                            dst.tier,
+                            block_at(dst, b) + s0,
+                        );
                     }
                 }
                 let mut after = Mapping::plain(dst, m.written.clone());
@@ -507,7 +529,14 @@ impl Volume {
                         continue;
                     }
                     if s.stale.get(b) {
-                        push(Tier::Ssd, block_at(m.loc, b), Tier::Hdd, block_at(home, b));
+                        push_run(
+                            &mut runs,
+                            BLOCK_SIZE,
+                            Tier::Ssd,
+                            block_at(m.loc, b),
+                            Tier::Hdd,
+                            block_at(home, b),
+                        );
                     } else {
                         it.saved += 1;
                     }
@@ -526,7 +555,14 @@ impl Volume {
                 };
                 for b in 0..blocks {
                     if s.stale.get(b) && m.written.get(b) {
-                        push(Tier::Ssd, block_at(m.loc, b), Tier::Hdd, block_at(home, b));
+                        push_run(
+                            &mut runs,
+                            BLOCK_SIZE,
+                            Tier::Ssd,
+                            block_at(m.loc, b),
+                            Tier::Hdd,
+                            block_at(home, b),
+                        );
                     }
                 }
                 let mut after = m.clone();
@@ -538,12 +574,28 @@ impl Volume {
             }
             Goal::WriteBack => {
                 for l in &m.logged {
-                    push(
-                        Tier::Ssd,
-                        self.log_offset(l.at),
-                        Tier::Hdd,
-                        block_at(m.loc, l.block),
-                    );
+                    if l.is_whole() {
+                        push_run(
+                            &mut runs,
+                            BLOCK_SIZE,
+                            Tier::Ssd,
+                            self.log_offset(l.at),
+                            Tier::Hdd,
+                            block_at(m.loc, l.block),
+                        );
+                        continue;
+                    }
+                    // Only the sectors the log holds go home.
+                    for (s0, s1) in l.sector_runs() {
+                        push_run(
+                            &mut runs,
+                            s1 - s0,
+                            Tier::Ssd,
+                            self.log_offset(l.at) + s0,
+                            Tier::Hdd,
+                            block_at(m.loc, l.block) + s0,
+                        );
+                    }
                 }
                 it.after = Mapping::plain(m.loc, m.written.clone());
                 it.release

@@ -334,10 +334,15 @@ impl Volume {
                 }
                 let zeros = vec![0u8; (hi - lo) as usize];
                 // The zeros go where the block's newest data is.
-                let r = match (m.logged_at(block), m.written.get(block)) {
-                    (Some(at), _) => {
-                        self.raw_write(Tier::Ssd, self.log_offset(at) + lo % BLOCK_SIZE, &zeros)
+                let r = match (m.logged_entry(block).copied(), m.written.get(block)) {
+                    (Some(l), _) if l.is_whole() => {
+                        self.raw_write(Tier::Ssd, self.log_offset(l.at) + lo % BLOCK_SIZE, &zeros)
                     }
+                    // Logged in part: the sectors the log holds read from
+                    // it, the others from the HDD slot; zeros in both.
+                    (Some(l), _) => self
+                        .raw_write(Tier::Ssd, self.log_offset(l.at) + lo % BLOCK_SIZE, &zeros)
+                        .and_then(|()| self.device_write(m.loc, lo, &zeros)),
                     (None, true) => {
                         if let Some(s) = m.shadow.as_mut() {
                             s.stale.set_range(block, block, true, blocks);

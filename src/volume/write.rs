@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::extent::{Loc, LogPos, Logged, Mapping, Written};
+use super::extent::{sectors_of, Loc, LogPos, Logged, Mapping, Written, ALL_SECTORS, SECTOR};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::io::{block_span, InFlight, Piece};
 use super::stats::Stats;
@@ -180,7 +180,15 @@ impl Volume {
                     return r.map(|()| false);
                 }
                 let places: Option<Vec<(Tier, u64)>> = (first..=last)
-                    .map(|b| m.logged_at(b).map(|at| (Tier::Ssd, self.log_offset(at))))
+                    .map(|b| {
+                        let l = m.logged_entry(b)?;
+                        let (mask, _) = block_cover(b, p.start, p.len);
+                        // A block logged in part takes the write in place
+                        // only within the sectors it holds.
+                        (l.is_whole()
+                            || mask & !l.sectors == 0 && covers_aligned(b, p.start, p.len))
+                        .then(|| (Tier::Ssd, self.log_offset(l.at)))
+                    })
                     .collect();
                 if let Some(places) = places {
                     return self
@@ -282,7 +290,7 @@ impl Volume {
                 })?;
                 Stats::add(&self.stats.dev_reads[tier.index()], 1);
                 Stats::add(&self.stats.dev_read_bytes[tier.index()], out.len() as u64);
-                Ok(())
+                self.overlay_logged(m, b, out)
             }
         }
     }
@@ -438,10 +446,25 @@ impl Volume {
                 None => (Tier::Hdd, base + u64::from(b) * BLOCK_SIZE),
             })
             .collect();
+        // Whether a block needs no widening: its destination holds the rest
+        // of it already (an HDD slot, a whole logged block), or it is logged
+        // in part and the write covers whole sectors of it: the log place
+        // then takes just those sectors.
         let keep = |b: u32| match targets[(b - first) as usize] {
-            Some(_) => m.logged_at(b).is_some(),
+            Some(_) => match m.logged_entry(b) {
+                Some(l) if l.is_whole() => true,
+                _ => m.written.get(b) && covers_aligned(b, p.start, p.len),
+            },
             None => m.written.get(b),
         };
+        let (s0, e0) = (p.start, p.start + p.len);
+        let widened: Vec<bool> = (first..=last)
+            .map(|b| {
+                (b == first && !s0.is_multiple_of(BLOCK_SIZE)
+                    || b == last && !e0.is_multiple_of(BLOCK_SIZE))
+                    && !keep(b)
+            })
+            .collect();
         // As in `write_locked`: no flush past this point until the record.
         let _gate = self.meta_gate.read();
         let result = match self.widen(&m, p.start, data, keep) {
@@ -459,8 +482,25 @@ impl Volume {
         m.written.set_range(first, last, true, blocks);
         for (b, at) in (first..=last).zip(targets.iter()) {
             if let Some(at) = at {
-                if let Err(i) = m.logged.binary_search_by_key(&b, |l| l.block) {
-                    m.logged.insert(i, Logged { block: b, at: *at });
+                // What the place holds now: the whole block when the write
+                // covered it or was widened to it, else the sectors it
+                // held and those written.
+                let (mask, _) = block_cover(b, p.start, p.len);
+                let mask = if widened[(b - first) as usize] {
+                    ALL_SECTORS
+                } else {
+                    mask
+                };
+                match m.logged.binary_search_by_key(&b, |l| l.block) {
+                    Ok(i) => m.logged[i].sectors |= mask,
+                    Err(i) => m.logged.insert(
+                        i,
+                        Logged {
+                            block: b,
+                            at: *at,
+                            sectors: mask,
+                        },
+                    ),
                 }
             }
         }
@@ -580,12 +620,33 @@ enum LogWay {
 /// part of a block (its first or its last) whose data is on the HDD: one
 /// written and not in the write log. Logging such a write would need that
 /// block's other bytes read off the HDD first.
+///
+/// A write whose ends fall on sector boundaries is not partial so: the log
+/// takes part of a block by its sectors ([`Logged::sectors`]).
 fn partial_on_hdd(m: &Mapping, start: u64, len: u64) -> bool {
     let end = start + len;
+    if start.is_multiple_of(SECTOR) && end.is_multiple_of(SECTOR) {
+        return false;
+    }
     let (first, last) = block_span(start, len);
-    let on_hdd = |b: u32| m.written.get(b) && m.logged_at(b).is_none();
+    let on_hdd = |b: u32| m.written.get(b) && m.logged_entry(b).is_none_or(|l| !l.is_whole());
     (!start.is_multiple_of(BLOCK_SIZE) && on_hdd(first))
         || (!end.is_multiple_of(BLOCK_SIZE) && on_hdd(last))
+}
+
+/// The sectors of block `b` that `len` bytes at `start` (in the extent)
+/// cover whole, and whether the bytes they touch in it are sector aligned.
+fn block_cover(b: u32, start: u64, len: u64) -> (u8, bool) {
+    let base = u64::from(b) * BLOCK_SIZE;
+    let lo = start.max(base) - base;
+    let hi = (start + len).min(base + BLOCK_SIZE) - base;
+    sectors_of(lo, hi)
+}
+
+/// Whether the bytes of the write in block `b` start and end on sector
+/// boundaries.
+fn covers_aligned(b: u32, start: u64, len: u64) -> bool {
+    block_cover(b, start, len).1
 }
 
 /// Whether a write to blocks `first..=last` of `m` goes to its slot with no

@@ -53,11 +53,14 @@ impl Volume {
         hdd.read_at(buf, at).map_err(fail(Tier::Hdd))?;
         count(Tier::Hdd, true, buf.len());
         for l in &m.logged {
-            let o = (u64::from(l.block) * BLOCK_SIZE - lo) as usize;
-            let part = &mut buf[o..o + BLOCK_SIZE as usize];
-            ssd.read_at(part, self.log_offset(l.at))
-                .map_err(fail(Tier::Ssd))?;
-            count(Tier::Ssd, true, part.len());
+            // The whole block, or the sectors of a block logged in part.
+            let o = u64::from(l.block) * BLOCK_SIZE - lo;
+            for (s0, s1) in l.sector_runs() {
+                let part = &mut buf[(o + s0) as usize..(o + s1) as usize];
+                ssd.read_at(part, self.log_offset(l.at) + s0)
+                    .map_err(fail(Tier::Ssd))?;
+                count(Tier::Ssd, true, part.len());
+            }
         }
         pace(0);
         hdd.write_at(buf, at).map_err(fail(Tier::Hdd))?;
@@ -97,6 +100,18 @@ impl Volume {
             // Under the extent's lock: no turn is handed over.
             self.copy_piece(r, &mut buf, &mut |_| {})?;
             n += BLOCK_SIZE;
+            for (s0, s1, at) in self.logged_sectors(m, b) {
+                let r = CopyRun {
+                    from: Tier::Ssd,
+                    src: at,
+                    to: dst.tier,
+                    dst: self.geo.slot_offset(dst.slot) + u64::from(b) * BLOCK_SIZE + s0,
+                    len: s1 - s0,
+                };
+                let mut part = vec![0u8; (s1 - s0) as usize];
+                self.copy_piece(r, &mut part, &mut |_| {})?;
+                n += s1 - s0;
+            }
         }
         it.before = m.clone();
         it.release.clear();
