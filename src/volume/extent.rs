@@ -468,7 +468,7 @@ mod tests {
         assert_eq!(sectors_of(512, 1536), (0b0000_0110, true));
         // 3 KiB from the block's start, as MSR's 3072-byte writes.
         assert_eq!(sectors_of(0, 3072), (0b0011_1111, true));
-        assert_eq!(sectors_of(100, 1100).1, false);
+        assert!(!sectors_of(100, 1100).1);
         assert_eq!(sector_runs(0b1100_0110), vec![(512, 1536), (3072, 4096)]);
         assert_eq!(sector_runs(ALL_SECTORS), vec![(0, 4096)]);
     }
