@@ -180,27 +180,15 @@ impl Settings {
     pub fn show(&self) -> Vec<Setting> {
         let st = self.state.lock();
         let cfg = &st.in_force;
-        let defaults = Config::default().values();
-        cfg.values()
+        let raw = cfg.values();
+        cfg.effective_values()
             .into_iter()
-            .map(|(k, v)| {
-                let d = defaults.iter().find(|(dk, _)| *dk == k).map(|(_, d)| d);
+            .zip(raw)
+            .map(|((k, value), (_, v))| {
                 let source = if st.live.contains_key(k) {
                     "tierctl"
-                } else if d == Some(&v) {
-                    "default"
                 } else {
-                    "configuration"
-                };
-                let value = match k {
-                    "ssd" => cfg.ssd_path().display().to_string(),
-                    "hdd" => cfg.hdd_path().display().to_string(),
-                    "meta-dir" => cfg.meta_path().display().to_string(),
-                    "control" => cfg
-                        .control_path()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    _ => v,
+                    source_of_value(k, &v)
                 };
                 Setting {
                     key: k.to_string(),
@@ -504,6 +492,17 @@ fn list(keys: &[&str]) -> String {
         [] => String::new(),
         [one] => one.to_string(),
         [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// Where a value not set live comes from, as `tierctl config show` says
+/// it: `default` when it is the built-in default, else `configuration`
+/// (the file, the environment or a flag).
+fn source_of_value(key: &str, value: &str) -> &'static str {
+    if value_of(&Config::default(), key) == value {
+        "default"
+    } else {
+        "configuration"
     }
 }
 
