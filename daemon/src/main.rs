@@ -135,6 +135,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
+            // Image files that may not be made are refused before anything
+            // is bound or made.
+            service::check_before_start(&loaded).context("opening the volume")?;
             // Every listen address first: a busy port stops the start
             // before an image is created or a volume formatted.
             let endpoints = {
