@@ -286,12 +286,28 @@ impl Response {
 pub struct TierStatus {
     /// Which tier.
     pub tier: Tier,
-    /// Data slots in bytes.
+    /// Data slots in bytes: `used_bytes + copies_bytes + log_bytes +
+    /// reserve_bytes + free_bytes + pending_bytes`, exactly.
     pub capacity_bytes: u64,
-    /// Bytes of mapped extents.
+    /// Bytes of mapped extents: the volume's data on this tier.
     pub used_bytes: u64,
-    /// Bytes of free slots (not counting quarantined ones).
+    /// Bytes of clean copies kept on this tier (the HDD) of extents that
+    /// live on the SSD: dropped when the space is needed.
+    #[serde(default)]
+    pub copies_bytes: u64,
+    /// Bytes of slots lent to the write log (the SSD).
+    #[serde(default)]
+    pub log_bytes: u64,
+    /// Bytes of free slots held for new writes (the SSD's reserve, as far
+    /// as free slots cover its target).
+    #[serde(default)]
+    pub reserve_bytes: u64,
+    /// Bytes of free slots beyond the reserve.
     pub free_bytes: u64,
+    /// Bytes of slots freed but not yet reusable: waiting for the next
+    /// metadata flush, or held by a move under way.
+    #[serde(default)]
+    pub pending_bytes: u64,
     /// Mapped extents.
     pub extents: u64,
     /// Device read operations.
