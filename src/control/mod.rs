@@ -520,29 +520,34 @@ pub struct Status {
 }
 
 /// A tier being drained (or what draining it would do), in [`Status`] and
-/// as the answer of [`Request::Evacuate`].
+/// as the answer of [`Request::Evacuate`]. Every count of extents to move
+/// is of the tier's data, its mapped extents (what `status` counts for the
+/// tier; see `serving::evacuation`); the write log's segments and the
+/// clean copies need no move and are counted apart.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct EvacuationStatus {
     /// The tier drained.
     pub tier: Tier,
-    /// Extents' worth on it when draining started (or now, for a plan):
-    /// mapped extents, and the write log's segments (SSD) or shadows (HDD)
-    /// (`data_extents`, `log_segments`, `shadow_extents` split what remains).
+    /// Extents of data on it when draining started (for a plan: now).
     pub started_extents: u64,
-    /// What still occupies it.
+    /// Extents of data on it now: what is still to move or remains.
     pub remaining_extents: u64,
-    /// Of that, mapped extents the other tier has no free slot for: they
-    /// stay unless room appears.
+    /// Of those, extents the other tier has no free slot for: they stay
+    /// unless room appears.
     pub would_remain_extents: u64,
-    /// Of what remains, the volume's data on the tier now: its mapped
-    /// extents, the count `status` shows for the tier.
+    /// The volume's data on the tier now, its mapped extents (the count
+    /// `status` shows for the tier); the same as `remaining_extents`.
     #[serde(default)]
     pub data_extents: u64,
-    /// Of what remains, SSD slots of the write log (SSD only): written
+    /// Of those, extents pinned to this tier: draining overrides their pins
+    /// and moves them too (the pins apply again once draining ends).
+    #[serde(default)]
+    pub pinned_extents: u64,
+    /// Besides the data, SSD slots of the write log (SSD only): written
     /// back to the HDD extents they belong to, nothing to move.
     #[serde(default)]
     pub log_segments: u64,
-    /// Of what remains, clean HDD copies SSD extents keep (HDD only):
+    /// Besides the data, clean HDD copies SSD extents keep (HDD only):
     /// dropped, nothing to move.
     #[serde(default)]
     pub shadow_extents: u64,

@@ -314,7 +314,7 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
         Request::Evacuate { tier, dry_run } => {
             if dry_run {
                 return match tier {
-                    Some(t) => Response::ok(super::settings::evacuation_plan(live, t)),
+                    Some(t) => Response::ok(super::evacuation::plan(live, t)),
                     None => Response::err("a plan needs a tier: ssd or hdd"),
                 };
             }

@@ -13,6 +13,7 @@ pub mod adapter;
 pub mod allocator;
 pub mod control;
 pub mod endpoints;
+pub mod evacuation;
 mod images;
 pub mod live;
 pub mod metrics;

@@ -45,7 +45,7 @@ pub struct Saved {
 }
 
 struct State {
-    /// The tier being drained and what occupied it when draining started.
+    /// The tier being drained and its data (extents) when draining started.
     evacuate: Option<(Tier, u64)>,
     /// As loaded from defaults, file, environment and flags.
     base: Config,
@@ -137,7 +137,8 @@ impl Settings {
         Self::persist(live, &st.live, tier)?;
         let vol = &live.volume;
         vol.set_evacuating(tier);
-        st.evacuate = tier.map(|t| (t, vol.occupying(t)));
+        // Counted as the plan counts: the tier's data.
+        st.evacuate = tier.map(|t| (t, super::evacuation::plan(live, t).data_extents));
         live.wake();
         Ok(match tier {
             Some(t) => {
@@ -155,7 +156,7 @@ impl Settings {
     pub fn evacuation(&self, live: &Live) -> Option<EvacuationStatus> {
         let mut st = self.state.lock();
         let (tier, started) = st.evacuate?;
-        let mut e = evacuation_plan(live, tier);
+        let mut e = super::evacuation::plan(live, tier);
         // After a restart the start is unknown: the first look sets it.
         e.started_extents = started.max(e.remaining_extents);
         st.evacuate = Some((tier, e.started_extents));
@@ -397,39 +398,6 @@ impl Settings {
             ));
         }
         Ok(msg)
-    }
-}
-
-/// What draining `tier` would move and leave, now.
-pub fn evacuation_plan(live: &Live, tier: Tier) -> EvacuationStatus {
-    let vol = &live.volume;
-    let other = match tier {
-        Tier::Ssd => Tier::Hdd,
-        Tier::Hdd => Tier::Ssd,
-    };
-    // One snapshot, so the parts add up to what `occupying` counts.
-    let u = vol.usage();
-    let mapped = u.mapped[tier.index()];
-    let (log_segments, shadow_extents) = match tier {
-        Tier::Ssd => (u64::from(u.log.segments), 0),
-        Tier::Hdd => (0, u.shadows),
-    };
-    let remaining = mapped + log_segments + shadow_extents;
-    // Log segments drain into existing HDD extents and shadows are
-    // dropped: only mapped extents need a free slot on the other side.
-    let would_remain = mapped.saturating_sub(u64::from(vol.free_slots(other)));
-    EvacuationStatus {
-        tier,
-        started_extents: remaining,
-        remaining_extents: remaining,
-        would_remain_extents: would_remain,
-        data_extents: mapped,
-        log_segments,
-        shadow_extents,
-        extent_size: vol.geometry().extent_size,
-        active: false,
-        // Moves in flight hold destination slots already: wait for them.
-        done: remaining <= would_remain && live.migrator.progress().queued == 0,
     }
 }
 

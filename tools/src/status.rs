@@ -188,15 +188,16 @@ pub fn print(s: &Status) {
     }
     if let Some(e) = &s.evacuation {
         say!(
-            "DRAINING the {}: {} of {} left{}; new data goes to the other tier (tierctl evacuate --cancel ends it)",
+            "DRAINING the {}: {} of its {} extents of data moved, {} left{}; new data goes to the other tier (tierctl evacuate --cancel ends it)",
             e.tier,
-            human(e.remaining_extents * e.extent_size),
-            human(e.started_extents * e.extent_size),
+            e.started_extents.saturating_sub(e.remaining_extents),
+            e.started_extents,
+            e.remaining_extents,
             if e.done {
-                if e.would_remain_extents > 0 {
+                if e.remaining_extents > 0 {
                     format!(
                         ", done as far as room allows ({} stay)",
-                        human(e.would_remain_extents * e.extent_size)
+                        human(e.remaining_extents * e.extent_size)
                     )
                 } else {
                     ", done: empty".to_string()
