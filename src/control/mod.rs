@@ -7,8 +7,11 @@
 //! protocol is documented for operators in `docs/operations.md`.
 //!
 //! This module owns the protocol's messages only (what `tierctl` shares
-//! with the daemon); the server that answers them against the daemon's
-//! live state is [`crate::serving::control`].
+//! with the daemon), and where a daemon's socket is found from any
+//! directory ([`find`]); the server that answers them against the
+//! daemon's live state is [`crate::serving::control`].
+
+pub mod find;
 
 use serde::{Deserialize, Serialize};
 
@@ -555,7 +558,8 @@ pub struct EvacuationStatus {
     pub extent_size: u64,
     /// Draining is in force (false for a plan or after a cancel).
     pub active: bool,
-    /// Nothing more can move: everything left is what would remain.
+    /// Nothing more can move, the write log is written back and the
+    /// copies are dropped: everything left is what would remain.
     pub done: bool,
 }
 

@@ -566,8 +566,18 @@ pub async fn run_with(
     );
     // Side services: their end never stops the daemon.
     let mut side = tokio::task::JoinSet::new();
+    // Kept until the end: tierctl finds the daemon from any directory.
+    let mut _registration = None;
     if let Some((path, listener)) = endpoints.control.take() {
         info!(path = %path.display(), "control socket ready");
+        match crate::control::find::register(&path) {
+            Ok(Some(r)) => {
+                info!(entry = %r.entry().display(), "control socket registered: tierctl finds it from any directory");
+                _registration = Some(r);
+            }
+            Ok(None) => info!("no runtime directory to register the control socket in (set XDG_RUNTIME_DIR); tierctl finds it with --control {} or TIERD_CONTROL", path.display()),
+            Err(e) => warn!("cannot register the control socket for tierctl ({e}); tierctl finds it with --control {}", path.display()),
+        }
         let (live, rx) = (live.clone(), stop_rx.clone());
         side.spawn(async move { control::serve(listener, live, stopped(rx)).await });
     }

@@ -405,6 +405,9 @@ impl Daemon {
             .args(["--extent-size", &self.opts.extent_size])
             .args(["--log-level", &self.opts.log_level])
             .args(&self.opts.extra_args)
+            // Its control socket registered in its own directory, not in
+            // the machine's runtime directory where tests run in parallel.
+            .env("XDG_RUNTIME_DIR", self.dir.path())
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
