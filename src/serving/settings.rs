@@ -331,7 +331,11 @@ impl Settings {
         self.commit(live, &mut st, settings)?;
         let now = shown_value(live, &st.in_force, key);
         info!(key, to = %now, "live setting reset by the operator");
-        Ok(format!("{key} reset: {now} from the configuration"))
+        let from = match source_of_value(key, &value_of(&st.in_force, key)) {
+            "default" => "the default",
+            _ => "the configuration",
+        };
+        Ok(format!("{key} reset: {now} from {from}"))
     }
 
     /// Load the configuration again (SIGHUP, `tierctl reload`) and apply
@@ -384,7 +388,7 @@ impl Settings {
             ));
         }
         if !restart.is_empty() {
-            warn!(keys = ?restart, "reload: these changes take effect only after a restart (the [heat] half-life is fixed when the volume opens)");
+            warn!(keys = ?restart, "reload: {}", restart_note(&restart));
             msg.push_str(&format!(
                 "; changed but need a restart to take effect: {}",
                 list(&restart)
@@ -432,6 +436,17 @@ fn reserve_target(live: &Live, new: &Config, live_reserve: Option<&str>) -> Resu
         ));
     }
     Ok(extents)
+}
+
+/// What a reload says of keys that changed but take effect only after a
+/// restart; why, for the `[heat]` keys (the heat map is built when the
+/// volume opens), only when one of them is among them.
+fn restart_note(keys: &[&str]) -> String {
+    let mut s = "these changes take effect only after a restart".to_string();
+    if keys.iter().any(|k| k.starts_with("heat.")) {
+        s.push_str(" (the [heat] half-life and windows are fixed when the volume opens)");
+    }
+    s
 }
 
 /// Keys a reload takes from the file into the running daemon.
@@ -485,6 +500,15 @@ fn value_of(cfg: &Config, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::list;
+
+    #[test]
+    fn a_restart_note_speaks_of_heat_only_for_heat_keys() {
+        use super::restart_note;
+        assert!(!restart_note(&["listen"]).contains("heat"));
+        assert!(!restart_note(&["listen", "export-name"]).contains("half-life"));
+        assert!(restart_note(&["heat.half-life"]).contains("[heat] half-life"));
+        assert!(restart_note(&["listen", "heat.idle-after"]).contains("[heat]"));
+    }
 
     #[test]
     fn keys_read_as_a_list_in_prose() {
