@@ -76,13 +76,12 @@ fn bench_output_says_where_the_region_starts_and_whether_targets_were_met() {
         !stdout.contains("0.00x"),
         "a ratio reads 0.00x without saying why:\n{stdout}"
     );
-    let hyb_ssd = rand_row
-        .split_whitespace()
-        .rev()
-        .nth(1)
-        .unwrap_or_default();
+    let hyb_ssd = rand_row.split_whitespace().rev().nth(1).unwrap_or_default();
     assert!(
-        hyb_ssd.trim_end_matches(['x', '†']).parse::<f64>().is_ok_and(|r| r > 0.0),
+        hyb_ssd
+            .trim_end_matches(['x', '†'])
+            .parse::<f64>()
+            .is_ok_and(|r| r > 0.0),
         "the random row's hyb/ssd does not read as a ratio: {rand_row}"
     );
     if stdout.contains('†') {

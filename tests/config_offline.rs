@@ -51,7 +51,10 @@ fn show_names_each_keys_value_source_and_default() {
     assert_eq!(listen["default"], "127.0.0.1:10809");
     assert_eq!(row(&rows, "migrate.max-moves")["source"], "file tierd.toml");
     let es = row(&rows, "extent-size");
-    assert_eq!((&es["value"], &es["source"]), (&"4MiB".into(), &"flag".into()));
+    assert_eq!(
+        (&es["value"], &es["source"]),
+        (&"4MiB".into(), &"flag".into())
+    );
     let name = row(&rows, "export-name");
     assert_eq!(name["value"], "vol");
     assert_eq!(name["source"], "env TIERD_EXPORT_NAME");
@@ -74,7 +77,13 @@ fn show_names_each_keys_value_source_and_default() {
     let words: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(
         words,
-        ["listen", "127.0.0.1:7000", "file", "tierd.toml", "127.0.0.1:10809"]
+        [
+            "listen",
+            "127.0.0.1:7000",
+            "file",
+            "tierd.toml",
+            "127.0.0.1:10809"
+        ]
     );
     // Nothing was made: no data directory, no socket.
     assert!(!cwd.join("tierd-data").exists());
@@ -96,7 +105,10 @@ fn check_passes_a_valid_configuration_and_names_the_bad_key() {
     // The shipped example is valid.
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/tierd.example.toml");
     let example = example.display().to_string();
-    succeeds(&mut tierd_in(cwd, &["config", "check", "--config", &example]));
+    succeeds(&mut tierd_in(
+        cwd,
+        &["config", "check", "--config", &example],
+    ));
 
     for (text, key) in [
         ("extent-size = \"3MiB\"\n", "extent-size"),
@@ -121,7 +133,10 @@ fn check_passes_a_valid_configuration_and_names_the_bad_key() {
     env.env("TIERD_LISTEN", "nowhere");
     let err = fails(&mut env);
     assert!(err.contains("listen"), "{err}");
-    let err = fails(&mut tierd_in(cwd, &["config", "check", "--nbd-threads", "500"]));
+    let err = fails(&mut tierd_in(
+        cwd,
+        &["config", "check", "--nbd-threads", "500"],
+    ));
     assert!(err.contains("nbd-threads"), "{err}");
     assert!(!cwd.join("tierd-data").exists(), "check made something");
 }

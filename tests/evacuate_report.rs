@@ -195,7 +195,11 @@ fn plan_progress_summary_and_status_count_the_same_extents_and_name_the_pins() {
     );
 
     let out = ctl(&sock, &["evacuate", "hdd"]);
-    assert!(out.status.success(), "{}", show("tierctl evacuate hdd", &out));
+    assert!(
+        out.status.success(),
+        "{}",
+        show("tierctl evacuate hdd", &out)
+    );
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

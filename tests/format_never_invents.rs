@@ -72,7 +72,14 @@ fn a_device_path_in_dev_is_never_made_an_image() {
     let err = fails(&mut tierd_in(
         cwd,
         &[
-            "format", "--ssd", &t, "--hdd", "h.img", "--ssd-size", "64MiB", "--hdd-size",
+            "format",
+            "--ssd",
+            &t,
+            "--hdd",
+            "h.img",
+            "--ssd-size",
+            "64MiB",
+            "--hdd-size",
             "256MiB",
         ],
     ));
@@ -87,7 +94,15 @@ fn a_device_path_in_dev_is_never_made_an_image() {
     let d = data.arg();
     let err = fails(&mut tierd_in(
         cwd,
-        &["serve", "--data-dir", &d, "--listen", "127.0.0.1:0", "--metrics-listen", ""],
+        &[
+            "serve",
+            "--data-dir",
+            &d,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+        ],
     ));
     data.check("serve --data-dir /dev/...");
     assert!(err.contains("/dev"), "{err}");
@@ -102,7 +117,14 @@ fn a_missing_directory_is_not_created_for_an_image() {
     let err = fails(&mut tierd_in(
         cwd,
         &[
-            "format", "--ssd", &ssd, "--hdd", "h.img", "--ssd-size", "64MiB", "--hdd-size",
+            "format",
+            "--ssd",
+            &ssd,
+            "--hdd",
+            "h.img",
+            "--ssd-size",
+            "64MiB",
+            "--hdd-size",
             "256MiB",
         ],
     ));
@@ -112,14 +134,30 @@ fn a_missing_directory_is_not_created_for_an_image() {
     // A data directory whose parent is missing: not made either.
     let err = fails(&mut tierd_in(
         cwd,
-        &["format", "--data-dir", "a/b", "--ssd-size", "16MiB", "--hdd-size", "64MiB"],
+        &[
+            "format",
+            "--data-dir",
+            "a/b",
+            "--ssd-size",
+            "16MiB",
+            "--hdd-size",
+            "64MiB",
+        ],
     ));
     assert!(err.contains("mkdir -p"), "{err}");
     assert!(listing(cwd).is_empty(), "format left {:?}", listing(cwd));
     // The data directory itself is tierd's to make.
     succeeds(&mut tierd_in(
         cwd,
-        &["format", "--data-dir", "v", "--ssd-size", "16MiB", "--hdd-size", "64MiB"],
+        &[
+            "format",
+            "--data-dir",
+            "v",
+            "--ssd-size",
+            "16MiB",
+            "--hdd-size",
+            "64MiB",
+        ],
     ));
     assert_eq!(listing(&cwd.join("v")), ["hdd.img", "meta", "ssd.img"]);
 }
@@ -132,11 +170,17 @@ fn a_named_device_needs_its_size_asked_for_and_the_example_asks_none() {
         cwd,
         &["format", "--ssd", "s.img", "--hdd", "h.img"],
     ));
-    assert!(err.contains("s.img does not exist") && err.contains("--ssd-size"), "{err}");
+    assert!(
+        err.contains("s.img does not exist") && err.contains("--ssd-size"),
+        "{err}"
+    );
     // One device named, the other left to its default path: not invented.
     sparse_file(&cwd.join("s.img"), 16 * MIB);
     let err = fails(&mut tierd_in(cwd, &["format", "--ssd", "s.img"]));
-    assert!(err.contains("--hdd PATH") && err.contains("--hdd-size"), "{err}");
+    assert!(
+        err.contains("--hdd PATH") && err.contains("--hdd-size"),
+        "{err}"
+    );
     std::fs::remove_file(cwd.join("s.img")).expect("rm");
     // A copy of the shipped example with a mistyped device.
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/tierd.example.toml");
@@ -144,8 +188,15 @@ fn a_named_device_needs_its_size_asked_for_and_the_example_asks_none() {
     let err = fails(&mut tierd_in(
         cwd,
         &[
-            "format", "--config", "tierd.toml", "--ssd", "nvme-typo.img", "--hdd", "sdb.img",
-            "--meta-dir", "m",
+            "format",
+            "--config",
+            "tierd.toml",
+            "--ssd",
+            "nvme-typo.img",
+            "--hdd",
+            "sdb.img",
+            "--meta-dir",
+            "m",
         ],
     ));
     assert!(err.contains("nvme-typo.img does not exist"), "{err}");
@@ -159,7 +210,14 @@ fn a_named_device_needs_its_size_asked_for_and_the_example_asks_none() {
     succeeds(&mut tierd_in(
         cwd,
         &[
-            "format", "--config", "sized.toml", "--ssd", "s.img", "--hdd", "h.img", "--meta-dir",
+            "format",
+            "--config",
+            "sized.toml",
+            "--ssd",
+            "s.img",
+            "--hdd",
+            "h.img",
+            "--meta-dir",
             "m",
         ],
     ));
@@ -179,14 +237,29 @@ fn a_failed_format_removes_what_it_made() {
     let hdd = format!("nbd://127.0.0.1:{port}/");
     let err = fails(&mut tierd_in(
         cwd,
-        &["format", "--ssd", "s.img", "--ssd-size", "64MiB", "--hdd", &hdd],
+        &[
+            "format",
+            "--ssd",
+            "s.img",
+            "--ssd-size",
+            "64MiB",
+            "--hdd",
+            &hdd,
+        ],
     ));
     assert!(err.contains("remote"), "{err}");
     assert!(listing(cwd).is_empty(), "format left {:?}", listing(cwd));
     let err = fails(&mut tierd_in(
         cwd,
         &[
-            "format", "--ssd", "s.img", "--ssd-size", "64MiB", "--hdd", &hdd, "--meta-dir",
+            "format",
+            "--ssd",
+            "s.img",
+            "--ssd-size",
+            "64MiB",
+            "--hdd",
+            &hdd,
+            "--meta-dir",
             "vol/meta",
         ],
     ));
@@ -197,7 +270,15 @@ fn a_failed_format_removes_what_it_made() {
     std::fs::write(cwd.join("tiny.img"), vec![0u8; 4096]).expect("tiny");
     let err = fails(&mut tierd_in(
         cwd,
-        &["format", "--ssd", "s.img", "--ssd-size", "64MiB", "--hdd", "tiny.img"],
+        &[
+            "format",
+            "--ssd",
+            "s.img",
+            "--ssd-size",
+            "64MiB",
+            "--hdd",
+            "tiny.img",
+        ],
     ));
     assert!(err.contains("too small"), "{err}");
     assert_eq!(listing(cwd), ["tiny.img"], "format left more than the HDD");
@@ -206,8 +287,19 @@ fn a_failed_format_removes_what_it_made() {
     let err = fails(&mut tierd_in(
         cwd,
         &[
-            "serve", "--data-dir", "d", "--ssd-size", "16MiB", "--hdd-size", "256MiB",
-            "--extent-size", "64MiB", "--listen", "127.0.0.1:0", "--metrics-listen", "",
+            "serve",
+            "--data-dir",
+            "d",
+            "--ssd-size",
+            "16MiB",
+            "--hdd-size",
+            "256MiB",
+            "--extent-size",
+            "64MiB",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
         ],
     ));
     assert!(!err.is_empty());

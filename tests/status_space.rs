@@ -50,9 +50,7 @@ const PARTS: [&str; 6] = [
 ];
 
 fn b(t: &Value, key: &str) -> u64 {
-    t[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no {key} in {t}"))
+    t[key].as_u64().unwrap_or_else(|| panic!("no {key} in {t}"))
 }
 
 #[test]

@@ -71,7 +71,12 @@ fn tierctl_finds_the_daemon_from_another_directory_and_says_which() {
         err.contains("several daemons")
             && err.contains("--control")
             && err.contains(&sock.display().to_string())
-            && err.contains(&b.path().join("tierd-data/control.sock").display().to_string()),
+            && err.contains(
+                &b.path()
+                    .join("tierd-data/control.sock")
+                    .display()
+                    .to_string()
+            ),
         "{err}"
     );
     drop(second);

@@ -55,7 +55,10 @@ fn the_headline_tables_are_what_the_record_prints() {
     );
     // The record's own tables are there: every case and every finding.
     assert!(printed.contains("| zipf/zipf0.99-ws0.5x |"), "{printed}");
-    assert!(printed.contains("| landing/first-reserve/pure-ssd |"), "{printed}");
+    assert!(
+        printed.contains("| landing/first-reserve/pure-ssd |"),
+        "{printed}"
+    );
 }
 
 #[test]
@@ -68,7 +71,10 @@ fn the_quoted_progress_line_counts_the_quick_suites() {
     let counted = &flat[at + "] suite ".len()..];
     let counted = &counted[..counted.find(':').expect("suite N/M:")];
     let (_, total) = counted.split_once('/').expect("suite N/M");
-    let quick = tierd_bench::suites::SUITES.iter().filter(|(_, q)| *q).count();
+    let quick = tierd_bench::suites::SUITES
+        .iter()
+        .filter(|(_, q)| *q)
+        .count();
     assert_eq!(
         total.parse::<usize>().ok(),
         Some(quick),

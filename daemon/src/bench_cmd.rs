@@ -116,8 +116,8 @@ fn size(s: &Option<String>, key: &str) -> anyhow::Result<Option<u64>> {
 /// Run the benchmark.
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     if let Some(file) = &a.doc_tables {
-        let json = std::fs::read_to_string(file)
-            .with_context(|| format!("reading {}", file.display()))?;
+        let json =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         let recorded = bench::report::doc::Recorded::parse(&json)
             .with_context(|| format!("{} is not a bench.json record", file.display()))?;
         print!("{}", bench::report::doc::tables(&recorded));

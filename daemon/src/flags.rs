@@ -219,8 +219,7 @@ impl Common {
     /// [`Common::load`], also saying which keys the file, the environment
     /// or a flag set.
     pub fn load_layers(&self) -> anyhow::Result<Loaded> {
-        self.try_load_layers()
-            .context("loading the configuration")
+        self.try_load_layers().context("loading the configuration")
     }
 
     /// The configuration file: `--config`, else `TIERD_CONFIG`.

@@ -228,7 +228,8 @@ impl Made {
         if std::fs::symlink_metadata(dir).is_ok() {
             return Ok(());
         }
-        std::fs::create_dir(dir).map_err(io_ctx(format!("creating directory {}", dir.display())))?;
+        std::fs::create_dir(dir)
+            .map_err(io_ctx(format!("creating directory {}", dir.display())))?;
         self.things.push((dir.to_path_buf(), true));
         Ok(())
     }
@@ -240,11 +241,9 @@ impl Made {
             if t.default_image {
                 self.dir(data_dir)?;
             }
-            FileDevice::create_image(&t.path, t.size.0).map_err(|source| {
-                ServiceError::Image {
-                    key: t.size_key,
-                    source,
-                }
+            FileDevice::create_image(&t.path, t.size.0).map_err(|source| ServiceError::Image {
+                key: t.size_key,
+                source,
             })?;
             self.things.push((t.path.clone(), false));
             info!(path = %t.path.display(), size = %t.size, "created sparse image file");

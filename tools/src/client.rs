@@ -63,10 +63,12 @@ impl Target {
     /// `registry`, in that order.
     pub fn new(flag: Option<PathBuf>, env: Option<PathBuf>, registry: Option<PathBuf>) -> Target {
         let candidates = match flag {
-            Some(p) => return Target {
-                candidates: vec![(p, From::Flag)],
-                registry: None,
-            },
+            Some(p) => {
+                return Target {
+                    candidates: vec![(p, From::Flag)],
+                    registry: None,
+                }
+            }
             None => {
                 let mut c = Vec::new();
                 if let Some(p) = env.filter(|p| !p.as_os_str().is_empty()) {
@@ -74,7 +76,11 @@ impl Target {
                 }
                 c.push((PathBuf::from(LOCAL_SOCKET), From::Local));
                 c.push((PathBuf::from(SYSTEM_SOCKET), From::System));
-                for r in registry.as_deref().map(find::registered).unwrap_or_default() {
+                for r in registry
+                    .as_deref()
+                    .map(find::registered)
+                    .unwrap_or_default()
+                {
                     c.push((r.socket, From::Registered(r.pid, r.entry)));
                 }
                 c
