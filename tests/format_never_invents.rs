@@ -53,6 +53,28 @@ impl Drop for MustNotAppear {
     }
 }
 
+/// `tierd ARGS` (split at spaces) run in `cwd` must fail, saying every one
+/// of `words`, and leave `cwd` holding `left` and nothing else. Returns
+/// what it said.
+fn refused(cwd: &Path, args: &str, words: &[&str], left: &[&str]) -> String {
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let err = fails(&mut tierd_in(cwd, &args));
+    for w in words {
+        assert!(
+            err.contains(w),
+            "`tierd {}` does not say {w:?}: {err}",
+            args.join(" ")
+        );
+    }
+    assert_eq!(
+        listing(cwd),
+        left,
+        "`tierd {}` left files: {err}",
+        args.join(" ")
+    );
+    err
+}
+
 /// The names in `dir`, sorted.
 fn listing(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -69,43 +91,23 @@ fn a_device_path_in_dev_is_never_made_an_image() {
     let cwd = dir.path();
     let typo = MustNotAppear::new(format!("/dev/tierd-typo-sdz{}", std::process::id()));
     let t = typo.arg();
-    let err = fails(&mut tierd_in(
+    refused(
         cwd,
-        &[
-            "format",
-            "--ssd",
-            &t,
-            "--hdd",
-            "h.img",
-            "--ssd-size",
-            "64MiB",
-            "--hdd-size",
-            "256MiB",
-        ],
-    ));
-    typo.check("format --ssd /dev/...");
-    assert!(
-        err.contains(&t) && err.contains("/dev") && err.contains("attach the device"),
-        "{err}"
+        &format!("format --ssd {t} --hdd h.img --ssd-size 64MiB --hdd-size 256MiB"),
+        &[&t, "/dev", "attach the device"],
+        &[],
     );
-    assert!(listing(cwd).is_empty(), "format left {:?}", listing(cwd));
+    typo.check("format --ssd /dev/...");
     // The data directory of the default images, in /dev: serve refuses too.
     let data = MustNotAppear::new(format!("/dev/tierd-data-{}", std::process::id()));
     let d = data.arg();
-    let err = fails(&mut tierd_in(
+    refused(
         cwd,
-        &[
-            "serve",
-            "--data-dir",
-            &d,
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "",
-        ],
-    ));
+        &format!("serve --data-dir {d} --listen 127.0.0.1:0 --metrics-listen="),
+        &["/dev"],
+        &[],
+    );
     data.check("serve --data-dir /dev/...");
-    assert!(err.contains("/dev"), "{err}");
 }
 
 #[test]
@@ -113,39 +115,23 @@ fn a_missing_directory_is_not_created_for_an_image() {
     let dir = tempdir();
     let cwd = dir.path();
     let missing = MustNotAppear::new(format!("/nonexist-dir-q{}", std::process::id()));
-    let ssd = format!("{}/s.img", missing.arg());
-    let err = fails(&mut tierd_in(
+    refused(
         cwd,
-        &[
-            "format",
-            "--ssd",
-            &ssd,
-            "--hdd",
-            "h.img",
-            "--ssd-size",
-            "64MiB",
-            "--hdd-size",
-            "256MiB",
-        ],
-    ));
+        &format!(
+            "format --ssd {}/s.img --hdd h.img --ssd-size 64MiB --hdd-size 256MiB",
+            missing.arg()
+        ),
+        &["mkdir -p"],
+        &[],
+    );
     missing.check("format --ssd /nonexist/s.img");
-    assert!(err.contains("mkdir -p"), "{err}");
-    assert!(listing(cwd).is_empty(), "format left {:?}", listing(cwd));
     // A data directory whose parent is missing: not made either.
-    let err = fails(&mut tierd_in(
+    refused(
         cwd,
-        &[
-            "format",
-            "--data-dir",
-            "a/b",
-            "--ssd-size",
-            "16MiB",
-            "--hdd-size",
-            "64MiB",
-        ],
-    ));
-    assert!(err.contains("mkdir -p"), "{err}");
-    assert!(listing(cwd).is_empty(), "format left {:?}", listing(cwd));
+        "format --data-dir a/b --ssd-size 16MiB --hdd-size 64MiB",
+        &["mkdir -p"],
+        &[],
+    );
     // The data directory itself is tierd's to make.
     succeeds(&mut tierd_in(
         cwd,
@@ -166,41 +152,30 @@ fn a_missing_directory_is_not_created_for_an_image() {
 fn a_named_device_needs_its_size_asked_for_and_the_example_asks_none() {
     let dir = tempdir();
     let cwd = dir.path();
-    let err = fails(&mut tierd_in(
+    refused(
         cwd,
-        &["format", "--ssd", "s.img", "--hdd", "h.img"],
-    ));
-    assert!(
-        err.contains("s.img does not exist") && err.contains("--ssd-size"),
-        "{err}"
+        "format --ssd s.img --hdd h.img",
+        &["s.img does not exist", "--ssd-size"],
+        &[],
     );
     // One device named, the other left to its default path: not invented.
     sparse_file(&cwd.join("s.img"), 16 * MIB);
-    let err = fails(&mut tierd_in(cwd, &["format", "--ssd", "s.img"]));
-    assert!(
-        err.contains("--hdd PATH") && err.contains("--hdd-size"),
-        "{err}"
+    refused(
+        cwd,
+        "format --ssd s.img",
+        &["--hdd PATH", "--hdd-size"],
+        &["s.img"],
     );
     std::fs::remove_file(cwd.join("s.img")).expect("rm");
     // A copy of the shipped example with a mistyped device.
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/tierd.example.toml");
     std::fs::copy(&example, cwd.join("tierd.toml")).expect("copying the example");
-    let err = fails(&mut tierd_in(
+    refused(
         cwd,
-        &[
-            "format",
-            "--config",
-            "tierd.toml",
-            "--ssd",
-            "nvme-typo.img",
-            "--hdd",
-            "sdb.img",
-            "--meta-dir",
-            "m",
-        ],
-    ));
-    assert!(err.contains("nvme-typo.img does not exist"), "{err}");
-    assert_eq!(listing(cwd), ["tierd.toml"], "format made something");
+        "format --config tierd.toml --ssd nvme-typo.img --hdd sdb.img --meta-dir m",
+        &["nvme-typo.img does not exist"],
+        &["tierd.toml"],
+    );
     // The size given, on the command line or in the file: made.
     std::fs::write(
         cwd.join("sized.toml"),
@@ -233,75 +208,31 @@ fn a_failed_format_removes_what_it_made() {
     let cwd = dir.path();
     // The remote HDD is down: the SSD image and a metadata store were made
     // before that showed.
-    let port = common::free_port();
-    let hdd = format!("nbd://127.0.0.1:{port}/");
-    let err = fails(&mut tierd_in(
+    let hdd = format!("nbd://127.0.0.1:{}/", common::free_port());
+    let format = format!("format --ssd s.img --ssd-size 64MiB --hdd {hdd}");
+    refused(cwd, &format, &["remote"], &[]);
+    refused(
         cwd,
-        &[
-            "format",
-            "--ssd",
-            "s.img",
-            "--ssd-size",
-            "64MiB",
-            "--hdd",
-            &hdd,
-        ],
-    ));
-    assert!(err.contains("remote"), "{err}");
-    assert!(listing(cwd).is_empty(), "format left {:?}", listing(cwd));
-    let err = fails(&mut tierd_in(
-        cwd,
-        &[
-            "format",
-            "--ssd",
-            "s.img",
-            "--ssd-size",
-            "64MiB",
-            "--hdd",
-            &hdd,
-            "--meta-dir",
-            "vol/meta",
-        ],
-    ));
-    assert!(err.contains("remote"), "{err}");
-    assert!(listing(cwd).is_empty(), "format left {:?}", listing(cwd));
+        &format!("{format} --meta-dir vol/meta"),
+        &["remote"],
+        &[],
+    );
     // An existing HDD too small: the image made for the SSD goes again,
     // the HDD (not made by format) stays.
     std::fs::write(cwd.join("tiny.img"), vec![0u8; 4096]).expect("tiny");
-    let err = fails(&mut tierd_in(
+    refused(
         cwd,
-        &[
-            "format",
-            "--ssd",
-            "s.img",
-            "--ssd-size",
-            "64MiB",
-            "--hdd",
-            "tiny.img",
-        ],
-    ));
-    assert!(err.contains("too small"), "{err}");
-    assert_eq!(listing(cwd), ["tiny.img"], "format left more than the HDD");
+        "format --ssd s.img --ssd-size 64MiB --hdd tiny.img",
+        &["too small"],
+        &["tiny.img"],
+    );
     // serve's first start on the default images: a geometry that does not
     // fit (an SSD smaller than one extent) leaves no data directory.
-    let err = fails(&mut tierd_in(
+    refused(
         cwd,
-        &[
-            "serve",
-            "--data-dir",
-            "d",
-            "--ssd-size",
-            "16MiB",
-            "--hdd-size",
-            "256MiB",
-            "--extent-size",
-            "64MiB",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "",
-        ],
-    ));
-    assert!(!err.is_empty());
-    assert_eq!(listing(cwd), ["tiny.img"], "serve left {:?}", listing(cwd));
+        "serve --data-dir d --ssd-size 16MiB --hdd-size 256MiB --extent-size 64MiB \
+         --listen 127.0.0.1:0 --metrics-listen=",
+        &[],
+        &["tiny.img"],
+    );
 }

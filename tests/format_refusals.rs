@@ -521,18 +521,10 @@ fn second_daemon_on_a_held_store_is_refused_clearly() {
     );
     // Past the control socket (none here), the held metadata store stops
     // it, said once: not "metadata store at …: metadata store error: locked …".
+    let mut past_control = tierd(&[&"serve", &"--data-dir", &d.data_dir()]);
+    past_control.args(["--listen=127.0.0.1:0", "--control=", "--metrics-listen="]);
     let msg = refused(
-        tierd(&[
-            &"serve",
-            &"--data-dir",
-            &d.data_dir(),
-            &"--listen",
-            &"127.0.0.1:0",
-            &"--control",
-            &"",
-            &"--metrics-listen",
-            &"",
-        ]),
+        past_control,
         &["locked by another process", "another tierd running"],
     );
     assert_eq!(

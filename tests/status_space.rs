@@ -7,37 +7,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
 
-fn ok(sock: &Path, args: &[&str]) -> String {
-    let out = run(Command::new(tierctl_bin())
-        .arg("--control")
-        .arg(sock)
-        .args(args)
-        .env("NO_COLOR", "1"));
-    assert!(
-        out.status.success(),
-        "{}",
-        show(&format!("tierctl {args:?}"), &out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn status(sock: &Path) -> Value {
-    serde_json::from_str(&ok(sock, &["status", "--json"])).expect("status JSON")
-}
-
-fn qemu_io(d: &Daemon, cmds: &[&str]) {
-    let mut c = tool("qemu-io");
-    c.args(["-f", "raw"]);
-    for cmd in cmds {
-        c.args(["-c", cmd]);
-    }
-    run_ok(c.arg(d.uri()));
+    serde_json::from_str(&tierctl_ok(sock, &["status", "--json"])).expect("status JSON")
 }
 
 const PARTS: [&str; 6] = [
@@ -62,7 +38,7 @@ fn every_slot_of_each_tier_is_counted_once() {
     let sock = d.data_dir().join("control.sock");
     // 96 MiB: the SSD fills and the rest lands on the HDD; the migrator
     // then refills the reserve.
-    qemu_io(&d, &["write -P 0x11 0 96M", "flush"]);
+    qemu_io_all(&d.uri(), &["write -P 0x11 0 96M", "flush"]);
     assert!(
         wait_until(Duration::from_secs(60), || {
             let st = status(&sock);
@@ -72,7 +48,7 @@ fn every_slot_of_each_tier_is_counted_once() {
         status(&sock)
     );
     // A pin brings HDD extents up, their HDD copies kept.
-    ok(&sock, &["pin", "--tier", "ssd", "64MiB+8MiB"]);
+    tierctl_ok(&sock, &["pin", "--tier", "ssd", "64MiB+8MiB"]);
     let mut st = Value::Null;
     assert!(
         wait_until(Duration::from_secs(60), || {
@@ -85,17 +61,17 @@ fn every_slot_of_each_tier_is_counted_once() {
     );
     // Migration paused (no write-back), small writes into HDD extents land
     // in the SSD write log and stay there.
-    ok(&sock, &["migrate", "pause"]);
+    tierctl_ok(&sock, &["migrate", "pause"]);
     let mut small: Vec<String> = (0..8u64)
         .map(|i| format!("write -P 0x22 {}M 4k", 80 + i))
         .collect();
     small.push("flush".into());
     let small: Vec<&str> = small.iter().map(String::as_str).collect();
-    qemu_io(&d, &small);
+    qemu_io_all(&d.uri(), &small);
     // Quiet and flushed: nothing is left waiting for a flush.
     assert!(
         wait_until(Duration::from_secs(30), || {
-            qemu_io(&d, &["flush"]);
+            qemu_io_all(&d.uri(), &["flush"]);
             st = status(&sock);
             st["migration"]["progress"]["queued"] == 0
                 && st["tiers"]
@@ -137,7 +113,7 @@ fn every_slot_of_each_tier_is_counted_once() {
     );
 
     // The text: one row per tier whose columns are these figures.
-    let text = ok(&sock, &["status"]);
+    let text = tierctl_ok(&sock, &["status"]);
     let header = text
         .lines()
         .find(|l| l.contains("capacity") && l.contains("copies"))
@@ -162,6 +138,6 @@ fn every_slot_of_each_tier_is_counted_once() {
             "the {name} row is not its figures: {row} (want {want})"
         );
     }
-    ok(&sock, &["migrate", "resume"]);
-    qemu_io(&d, &["read -P 0x22 80M 4k", "read -P 0x11 0 64M"]);
+    tierctl_ok(&sock, &["migrate", "resume"]);
+    qemu_io_all(&d.uri(), &["read -P 0x22 80M 4k", "read -P 0x11 0 64M"]);
 }

@@ -24,20 +24,9 @@ fn tierctl_in(cwd: &Path, runtime: &Path, args: &[&str]) -> Output {
 }
 
 fn serve_in(cwd: &Path, runtime: &Path) -> Serving {
-    let mut c = tierd_in(
-        cwd,
-        &[
-            "serve",
-            "--ssd-size",
-            "16MiB",
-            "--hdd-size",
-            "64MiB",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "",
-        ],
-    );
+    let args = "serve --ssd-size=16MiB --hdd-size=64MiB --listen=127.0.0.1:0 --metrics-listen=";
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let mut c = tierd_in(cwd, &args);
     c.env("XDG_RUNTIME_DIR", runtime);
     Serving::start(&mut c, &cwd.join("serve.log"))
 }

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
-use super::{case_rows, hdd_mark, ratio, small, table_notes};
+use super::{case_rows, hdd_mark, ratio, small, table_notes, verdict};
 use crate::suites::{Finding, Point};
 
 /// What the tables need of a recorded run (`bench.json`).
@@ -69,18 +69,14 @@ pub fn tables(r: &Recorded) -> String {
         "\n| finding | value | unit | target | note |\n|---|---:|---|---|---|"
     );
     for f in &r.findings {
-        let verdict = match (f.target, f.met) {
-            (Some(goal), Some(true)) => format!("met ({goal})"),
-            (Some(goal), _) => format!("MISSED ({goal})"),
-            (None, _) => String::new(),
-        };
         let _ = writeln!(
             s,
-            "| {}/{} | {} | {} | {verdict} | {} |",
+            "| {}/{} | {} | {} | {} | {} |",
             f.suite,
             f.name,
             value(f.value),
             f.unit,
+            verdict(f),
             f.note.replace('|', "\\|")
         );
     }

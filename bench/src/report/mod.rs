@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 
-use super::suites::{Point, ON_THE_HDD_REGION};
+use super::suites::{Finding, Point, ON_THE_HDD_REGION};
 use super::BenchReport;
 
 /// One summary row: suite/case and each target's (IOPS, MiB/s).
@@ -79,11 +79,10 @@ pub fn summary(r: &BenchReport) -> String {
     if !r.findings.is_empty() {
         let _ = writeln!(s, "\nfindings:");
         for f in &r.findings {
-            let verdict = match (f.target, f.met) {
-                (Some(goal), Some(true)) => format!("met ({goal}); "),
-                (Some(goal), _) => format!("MISSED ({goal}); "),
-                (None, _) => String::new(),
-            };
+            let mut verdict = verdict(f);
+            if !verdict.is_empty() {
+                verdict.push_str("; ");
+            }
             let _ = writeln!(
                 s,
                 "  {:<40} {:>12.2} {:<6} {verdict}{}",
@@ -167,6 +166,16 @@ pub(crate) fn table_notes(table: &[CaseRow], region: u64) -> Vec<String> {
         );
     }
     out
+}
+
+/// Whether a finding met the target it is held to: `met (target <= 2)`,
+/// `MISSED (target <= 2)`, or nothing without a target.
+pub(crate) fn verdict(f: &Finding) -> String {
+    match (f.target, f.met) {
+        (Some(goal), Some(true)) => format!("met ({goal})"),
+        (Some(goal), _) => format!("MISSED ({goal})"),
+        (None, _) => String::new(),
+    }
 }
 
 /// A ratio as the table prints it: two decimals, and two significant
