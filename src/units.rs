@@ -82,28 +82,29 @@ impl ByteSize {
 }
 
 impl fmt::Display for ByteSize {
-    /// In the largest binary unit that divides it (`4GiB`), else the
-    /// largest decimal one (`1MB`), else in bytes: it parses back to the
-    /// same count.
+    /// In the unit that gives the smallest whole number: the largest
+    /// binary unit that divides it (`4GiB`) or the largest decimal one
+    /// (`4GB`, not `3906250KiB`), binary on a tie; else in bytes. It parses
+    /// back to the same count.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
-        const DECIMAL: [(&str, u64); 4] = [
+        const UNITS: [(&str, u64); 8] = [
+            ("TiB", 1 << 40),
+            ("GiB", 1 << 30),
+            ("MiB", 1 << 20),
+            ("KiB", 1 << 10),
             ("TB", 1_000_000_000_000),
             ("GB", 1_000_000_000),
             ("MB", 1_000_000),
             ("kB", 1_000),
         ];
-        for (name, shift) in UNITS {
-            if self.0 >= 1 << shift && self.0.is_multiple_of(1 << shift) {
-                return write!(f, "{}{}", self.0 >> shift, name);
-            }
+        let best = UNITS
+            .iter()
+            .filter(|(_, unit)| self.0 >= *unit && self.0.is_multiple_of(*unit))
+            .min_by_key(|(_, unit)| self.0 / unit);
+        match best {
+            Some((name, unit)) => write!(f, "{}{}", self.0 / unit, name),
+            None => write!(f, "{}", self.0),
         }
-        for (name, unit) in DECIMAL {
-            if self.0 >= unit && self.0.is_multiple_of(unit) {
-                return write!(f, "{}{}", self.0 / unit, name);
-            }
-        }
-        write!(f, "{}", self.0)
     }
 }
 
@@ -360,6 +361,10 @@ mod tests {
         assert_eq!(ByteSize(1000).to_string(), "1kB");
         assert_eq!(ByteSize(1_000_000_000).to_string(), "1GB");
         assert_eq!(ByteSize(12345).to_string(), "12345");
+        // Decimal when it reads shorter: `--hdd-size 4GB` logs as 4GB.
+        assert_eq!(ByteSize(4_000_000_000).to_string(), "4GB");
+        assert_eq!(ByteSize(2_048_000).to_string(), "2000KiB");
+        assert_eq!(ByteSize(1 << 20).to_string(), "1MiB");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! going to a file (not a terminal) it still prints progress, as plain
 //! lines (no carriage returns, no escape codes); the table marks the rows
 //! that run over the test region and says under it that their data starts
-//! on the HDD; a finding held to a target says whether it was met.
+//! on the HDD; no ratio reads a bare `0.00x`, and a row at the HDD's speed
+//! is marked and the mark explained; a finding held to a target says
+//! whether it was met.
 
 mod common;
 
@@ -68,6 +70,26 @@ fn bench_output_says_where_the_region_starts_and_whether_targets_were_met() {
         stdout.contains("starts on the HDD"),
         "the table does not say the region starts on the HDD:\n{stdout}"
     );
+    // No ratio reads a bare 0.00x: small ones keep two significant digits,
+    // and a row at the HDD's speed is marked and the mark explained.
+    assert!(
+        !stdout.contains("0.00x"),
+        "a ratio reads 0.00x without saying why:\n{stdout}"
+    );
+    let hyb_ssd = rand_row.split_whitespace().rev().nth(1).unwrap_or_default();
+    assert!(
+        hyb_ssd
+            .trim_end_matches(['x', '†'])
+            .parse::<f64>()
+            .is_ok_and(|r| r > 0.0),
+        "the random row's hyb/ssd does not read as a ratio: {rand_row}"
+    );
+    if stdout.contains('†') {
+        assert!(
+            stdout.contains("† the hybrid ran no faster than the HDD"),
+            "a row is marked † without the note:\n{stdout}"
+        );
+    }
 
     // The finding held to `target <= 2` says met or missed.
     let finding = stdout

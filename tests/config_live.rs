@@ -169,12 +169,20 @@ fn config_set_applies_now_survives_restarts_and_resets() {
 
     // reset: the file's value comes back, and stays back after a restart.
     let done = ok(&sock, &["config", "reset", "migrate.bandwidth"]);
-    assert!(done.contains("reset"), "{done}");
+    assert!(
+        done.contains("reset") && done.contains("from the configuration"),
+        "{done}"
+    );
     assert_eq!(
         json(&sock, &["status"])["migration"]["config"]["bandwidth"],
         "16MiB"
     );
-    ok(&sock, &["config", "reset", "reserve"]);
+    // A key the file does not set comes back to its default, and says so.
+    let done = ok(&sock, &["config", "reset", "reserve"]);
+    assert!(
+        done.contains("from the default") && !done.contains("configuration"),
+        "{done}"
+    );
     let format_reserve = json(&sock, &["status"])["reserve"]["format_bytes"].clone();
     assert_eq!(
         json(&sock, &["status"])["reserve"]["target_bytes"],

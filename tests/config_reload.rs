@@ -200,6 +200,39 @@ fn sighup_reloads_live_knobs() {
     d.terminate();
 }
 
+/// A reload that changes a restart-only key outside `[heat]` says it needs
+/// a restart, and nothing about the `[heat]` half-life it did not touch.
+#[test]
+fn a_restart_only_change_is_reported_without_a_word_about_heat() {
+    let dir = tempdir();
+    let cfg = dir.path().join("tierd.toml");
+    write(&cfg, b"export-name = \"a\"\n");
+    let cfgs = cfg.display().to_string();
+    let mut d = Daemon::start_with(opts(&["--config", &cfgs], &[]));
+    write(&cfg, b"export-name = \"b\"\n");
+    let pid = libc::pid_t::try_from(d.pid()).expect("pid fits");
+    // SAFETY: kill(2) on our own running child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    assert!(
+        wait_until(Duration::from_secs(10), || d
+            .log()
+            .contains("take effect only after a restart")),
+        "the restart-only change of export-name is not reported:\n{}",
+        d.log()
+    );
+    let log = d.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("take effect only after a restart"))
+        .unwrap_or_default();
+    assert!(line.contains("export-name"), "{line}");
+    assert!(
+        !line.contains("heat") && !line.contains("half-life"),
+        "a change of export-name is reported with a word about [heat]: {line}"
+    );
+    d.terminate();
+}
+
 #[test]
 fn tells_systemd_ready_status_watchdog_and_stopping() {
     let dir = tempdir();

@@ -4,7 +4,10 @@
 //! the 32 extents status counts (the copies apart: they are dropped, not
 //! moved); draining the SSD, whose extents all have clean copies, demotes
 //! by remapping alone, and the progress, the summary and status say how
-//! much was moved so rather than only "0 B" copied.
+//! much was moved so rather than only "0 B" copied. The plan, the
+//! progress, the summary, status and `--json` count the same thing (the
+//! tier's data, not its clean copies), and the plan says which pins
+//! draining overrides.
 
 mod common;
 
@@ -135,6 +138,100 @@ fn evacuation_reports_agree_with_status_and_say_what_moved() {
     run_ok(
         tool("qemu-io")
             .args(["-f", "raw", "-c", "read -P 0x3c 0 64M"])
+            .arg(d.uri()),
+    );
+}
+
+/// With 24 extents of data on the HDD, all pinned there, and 24 clean HDD
+/// copies of SSD extents: the plan, `--json`, every progress line, the
+/// summary and status count the 24 extents of data (the copies apart), and
+/// the plan says that draining overrides the 24 pins.
+#[test]
+fn plan_progress_summary_and_status_count_the_same_extents_and_name_the_pins() {
+    let d = Daemon::start_with(DaemonOptions {
+        extra_args: vec!["--metrics-listen".into(), String::new()],
+        ..DaemonOptions::small()
+    });
+    let sock = d.data_dir().join("control.sock");
+    ok(&sock, &["pin", "--tier", "hdd", "0+48MiB"]);
+    run_ok(
+        tool("qemu-io")
+            .args(["-f", "raw", "-c", "write -P 0x5e 0 48M", "-c", "flush"])
+            .arg(d.uri()),
+    );
+    // The first half up to the SSD (keeping its HDD copies), the second
+    // half pinned to the HDD.
+    ok(&sock, &["pin", "--tier", "ssd", "0+24MiB"]);
+    let mut st = Value::Null;
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            st = json(&sock, &["status"]);
+            extents(&st, 0) == 24 && st["shadows"]["extents"] == 24
+        }),
+        "24 extents promoted with their HDD copies kept: {st}"
+    );
+    ok(&sock, &["unpin", "0+24MiB"]);
+    assert_eq!(extents(&st, 1), 24, "{st}");
+
+    let plan = json(&sock, &["evacuate", "hdd", "--dry-run"]);
+    for key in ["data_extents", "started_extents", "remaining_extents"] {
+        assert_eq!(
+            plan[key].as_u64(),
+            Some(24),
+            "{key} is not the HDD's 24 extents of data: {plan}"
+        );
+    }
+    assert_eq!(plan["shadow_extents"].as_u64(), Some(24), "{plan}");
+    assert_eq!(plan["would_remain_extents"].as_u64(), Some(0), "{plan}");
+    assert_eq!(
+        plan["pinned_extents"].as_u64(),
+        Some(24),
+        "the plan does not count the pins it overrides: {plan}"
+    );
+    let text = ok(&sock, &["evacuate", "hdd", "--dry-run"]);
+    assert!(
+        text.contains("24 of them are pinned to the hdd") && text.contains("overrides"),
+        "the plan does not say that draining overrides the pins: {text}"
+    );
+
+    let out = ctl(&sock, &["evacuate", "hdd"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        show("tierctl evacuate hdd", &out)
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    let progress: Vec<&str> = stderr.lines().filter(|l| l.starts_with('[')).collect();
+    assert!(!progress.is_empty(), "no progress line: {stderr}");
+    for line in &progress {
+        assert!(
+            line.contains(" of 24 extents moved"),
+            "a progress line counts other than the plan's 24 extents: {line}"
+        );
+    }
+    let last = progress.last().copied().unwrap_or_default();
+    assert!(last.contains("24 of 24 extents moved"), "{last}");
+    assert!(
+        stdout.contains("the hdd is empty (24 extents moved"),
+        "the summary disagrees with the plan: {stdout}"
+    );
+    let st = json(&sock, &["status"]);
+    let e = &st["evacuation"];
+    assert_eq!(e["started_extents"].as_u64(), Some(24), "{st}");
+    assert_eq!(e["remaining_extents"].as_u64(), Some(0), "{st}");
+    assert_eq!(e["data_extents"].as_u64(), Some(0), "{st}");
+    assert_eq!(extents(&st, 1), 0, "{st}");
+    let text = ok(&sock, &["status"]);
+    assert!(
+        text.contains("DRAINING the hdd: 24 of its 24 extents of data moved"),
+        "{text}"
+    );
+    run_ok(
+        tool("qemu-io")
+            .args(["-f", "raw", "-c", "read -P 0x5e 0 48M"])
             .arg(d.uri()),
     );
 }

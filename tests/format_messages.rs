@@ -16,6 +16,8 @@ use start_support::{fails, succeeds, tierd_in, Serving};
 fn a_missing_image_is_reported_once_with_the_flag_that_creates_it() {
     let dir = tempdir();
     let cwd = dir.path();
+    // Images are made only in an existing directory.
+    std::fs::create_dir(cwd.join("r")).expect("mkdir r");
     let args = [
         "format",
         "--ssd",

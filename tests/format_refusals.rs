@@ -519,4 +519,17 @@ fn second_daemon_on_a_held_store_is_refused_clearly() {
         "the refusal should say the store is held by another tierd \
          (service.rs maps this to \"locked by another process: is another tierd running on it?\"), got:\n{msg}"
     );
+    // Past the control socket (none here), the held metadata store stops
+    // it, said once: not "metadata store at …: metadata store error: locked …".
+    let mut past_control = tierd(&[&"serve", &"--data-dir", &d.data_dir()]);
+    past_control.args(["--listen=127.0.0.1:0", "--control=", "--metrics-listen="]);
+    let msg = refused(
+        past_control,
+        &["locked by another process", "another tierd running"],
+    );
+    assert_eq!(
+        msg.matches("metadata store").count(),
+        1,
+        "the refusal repeats itself: {msg}"
+    );
 }

@@ -6,23 +6,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::{run, show, tierctl_bin, Daemon, DaemonOptions};
+use common::{Daemon, DaemonOptions};
 use serde_json::Value;
 
 fn ctl(sock: &Path, args: &[&str]) -> String {
-    let out = run(Command::new(tierctl_bin())
-        .arg("--control")
-        .arg(sock)
-        .args(args)
-        .env("NO_COLOR", "1"));
-    assert!(
-        out.status.success(),
-        "{}",
-        show(&format!("tierctl {args:?}"), &out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::tierctl_ok(sock, args)
 }
 
 #[test]

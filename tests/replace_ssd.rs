@@ -16,17 +16,7 @@ use common::*;
 use serde_json::Value;
 
 fn ok(sock: &Path, args: &[&str]) -> String {
-    let out = run(Command::new(tierctl_bin())
-        .arg("--control")
-        .arg(sock)
-        .args(args)
-        .env("NO_COLOR", "1"));
-    assert!(
-        out.status.success(),
-        "{}",
-        show(&format!("tierctl {args:?}"), &out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    tierctl_ok(sock, args)
 }
 
 fn fails(sock: &Path, args: &[&str]) -> String {

@@ -60,11 +60,14 @@ fn no_daemon_says_what_to_do() {
     assert!(err.contains("no daemon at"), "{err}");
     assert!(err.contains(&sock.display().to_string()), "{err}");
     assert!(err.contains("is tierd running?"), "{err}");
-    // Without --control: $TIERD_CONTROL, then the system daemon's socket,
-    // then the local default, each named with why it did not answer.
+    // Without --control: $TIERD_CONTROL, then the local default, then the
+    // system daemon's socket, then the daemons registered in the runtime
+    // directory (an empty one here), each named with why it did not answer.
+    let runtime = tempdir();
     let out = run(Command::new(tierctl_bin())
         .arg("status")
         .current_dir(dir.path())
+        .env("XDG_RUNTIME_DIR", runtime.path())
         .env("TIERD_CONTROL", &sock));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -72,12 +75,16 @@ fn no_daemon_says_what_to_do() {
         err.find(p)
             .unwrap_or_else(|| panic!("{p} not named in: {err}"))
     };
-    let (env, system, local) = (
+    let (env, local, system, registry) = (
         at(&sock.display().to_string()),
-        at("/run/tierd/control.sock"),
         at("tierd-data/control.sock"),
+        at("/run/tierd/control.sock"),
+        at(&runtime.path().join("tierd").display().to_string()),
     );
-    assert!(env < system && system < local, "search order: {err}");
+    assert!(
+        env < local && local < system && system < registry,
+        "search order: {err}"
+    );
     assert!(err.contains("no such socket"), "{err}");
 }
 

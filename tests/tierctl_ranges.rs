@@ -71,6 +71,13 @@ fn ranges_take_the_capacity_status_prints_and_all() {
         text.contains("clipped") && text.contains("whole volume"),
         "pin {range}: {text}"
     );
+    // One sentence in order: the range and the tier, then the clipping
+    // (not "… clipped to its 35.00 GiB (… bytes) to the hdd").
+    let (tier_at, clip_at) = (text.find("to the hdd"), text.find("clipped"));
+    assert!(
+        tier_at.is_some() && tier_at < clip_at,
+        "pin {range}: the tier does not follow the range: {text}"
+    );
     let text = ok(&sock, &["unpin", &range]);
     assert!(
         text.contains("unpinned") && text.contains("clipped"),
@@ -114,4 +121,30 @@ fn ranges_take_the_capacity_status_prints_and_all() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("past the end of the volume"), "{err}");
+}
+
+/// docs/operations.md shows the capacity the way `tierctl status` prints
+/// it: in units, without the raw byte count status leaves to `--json`.
+#[test]
+fn the_docs_quote_status_as_it_prints_the_capacity() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md");
+    let text = std::fs::read_to_string(&path).expect("docs/operations.md");
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let quoted: Vec<&str> = flat
+        .match_indices("`status` shows as `")
+        .map(|(i, m)| {
+            let rest = &flat[i + m.len()..];
+            &rest[..rest.find('`').unwrap_or(rest.len())]
+        })
+        .collect();
+    assert!(!quoted.is_empty(), "docs/operations.md quotes no capacity");
+    for q in quoted {
+        let (num, unit) = q.split_once(' ').unwrap_or((q, ""));
+        assert!(
+            num.parse::<f64>().is_ok()
+                && num.contains('.')
+                && ["B", "KiB", "MiB", "GiB", "TiB"].contains(&unit),
+            "docs/operations.md quotes status as `{q}`, which status does not print"
+        );
+    }
 }

@@ -337,7 +337,7 @@ impl IoKind {
 }
 
 /// Latency of one kind of request over a run.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct OpLatency {
     /// Requests of the kind.
     pub count: u64,

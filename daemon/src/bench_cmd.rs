@@ -90,6 +90,11 @@ pub struct BenchArgs {
     /// on --ssd-size.
     #[arg(long = "trace-room", value_name = "SHARE", value_delimiter = ',')]
     trace_rooms: Vec<f64>,
+    /// Run nothing: print the Markdown tables of a recorded run's
+    /// bench.json (the summary and the findings, as docs/bench.md carries
+    /// them).
+    #[arg(long, value_name = "FILE")]
+    doc_tables: Option<PathBuf>,
 }
 
 fn model(name: &str, want_ssd: bool) -> anyhow::Result<ModelKind> {
@@ -121,6 +126,14 @@ fn size(s: &Option<String>, key: &str) -> anyhow::Result<Option<u64>> {
 
 /// Run the benchmark.
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    if let Some(file) = &a.doc_tables {
+        let json =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let recorded = bench::report::doc::Recorded::parse(&json)
+            .with_context(|| format!("{} is not a bench.json record", file.display()))?;
+        print!("{}", bench::report::doc::tables(&recorded));
+        return Ok(());
+    }
     let mut o = BenchOptions::preset(!a.full);
     o.suites = a.suites.clone();
     bench::check_suites(&o.suites)?;

@@ -219,12 +219,20 @@ impl Common {
     /// [`Common::load`], also saying which keys the file, the environment
     /// or a flag set.
     pub fn load_layers(&self) -> anyhow::Result<Loaded> {
-        let file = self
-            .config
+        self.try_load_layers().context("loading the configuration")
+    }
+
+    /// The configuration file: `--config`, else `TIERD_CONFIG`.
+    pub fn file(&self) -> Option<PathBuf> {
+        self.config
             .clone()
-            .or_else(|| std::env::var_os("TIERD_CONFIG").map(PathBuf::from));
-        Config::load_layers(file.as_deref(), std::env::vars(), &self.overrides)
-            .context("loading the configuration")
+            .or_else(|| std::env::var_os("TIERD_CONFIG").map(PathBuf::from))
+    }
+
+    /// [`Common::load_layers`] with the library's error, which names the
+    /// key at fault.
+    pub fn try_load_layers(&self) -> Result<Loaded, tierd::config::ConfigError> {
+        Config::load_layers(self.file().as_deref(), std::env::vars(), &self.overrides)
     }
 }
 

@@ -1,10 +1,11 @@
 //! `tierd`: the tiered block-storage daemon. Thin: parses flags (the
 //! configuration keys' flags are in `flags`), loads the layered
-//! configuration and calls the library (`serve`, `format`); `bench` and
-//! `trace` have their flags and output in modules of their own.
+//! configuration and calls the library (`serve`, `format`); `bench`,
+//! `trace` and `config` have their flags and output in modules of their own.
 
 use anyhow::Context;
 mod bench_cmd;
+mod config_cmd;
 mod flags;
 mod trace_cmd;
 
@@ -39,6 +40,13 @@ enum Command {
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// The configuration with no daemon running: what a file, the TIERD_*
+    /// environment and flags resolve to (show), and whether it is valid
+    /// (check).
+    Config {
+        #[command(subcommand)]
+        command: config_cmd::ConfigCommand,
     },
     /// Benchmark the hybrid against a pure SSD and a pure HDD, on device
     /// models (virtual or real clock) or real devices.
@@ -127,6 +135,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
+            // Image files that may not be made are refused before anything
+            // is bound or made.
+            service::check_before_start(&loaded).context("opening the volume")?;
             // Every listen address first: a busy port stops the start
             // before an image is created or a volume formatted.
             let endpoints = {
@@ -187,6 +198,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             bench_cmd::run(*args)
         }
         Command::Trace { command } => trace_cmd::run(command),
+        Command::Config { command } => config_cmd::run(command),
         Command::Format {
             common,
             force,

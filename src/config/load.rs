@@ -4,26 +4,61 @@
 //! of strings to typed values, then deserialized and validated; a value
 //! that does not deserialize is traced back to its key.
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use super::keys::{default_leaves, is_table, leaves, unknown_env_key, Origin, UnknownKey};
 use super::{is_key, key_of_env, keys, Config, ConfigError};
 
 /// A loaded configuration and the keys a layer above the built-in
-/// defaults set (to the default value or not).
+/// defaults set (to the default value or not), each with the layer that
+/// set it last.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
     /// The configuration.
     pub config: Config,
     /// The keys the file, the environment or a flag set.
     pub given: BTreeSet<&'static str>,
+    /// Where each given key's value comes from (the highest layer that set
+    /// it); a key not here has its built-in default.
+    pub sources: BTreeMap<&'static str, Source>,
 }
 
 impl Loaded {
     /// Whether a layer above the defaults set `key`.
     pub fn is_given(&self, key: &str) -> bool {
         self.given.contains(key)
+    }
+
+    /// The layer `key`'s value comes from.
+    pub fn source_of(&self, key: &str) -> Source {
+        self.sources.get(key).cloned().unwrap_or(Source::Default)
+    }
+}
+
+/// The layer a key's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The built-in default.
+    Default,
+    /// The configuration file.
+    File(PathBuf),
+    /// A `TIERD_*` environment variable (its name).
+    Env(String),
+    /// A command-line flag (`--key`), or a setting made over the
+    /// configuration.
+    Flag,
+}
+
+impl std::fmt::Display for Source {
+    /// `default`, `file tierd.toml`, `env TIERD_LISTEN`, `flag`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p) => write!(f, "file {}", p.display()),
+            Source::Env(var) => write!(f, "env {var}"),
+            Source::Flag => f.write_str("flag"),
+        }
     }
 }
 
@@ -73,11 +108,13 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         overrides: &[(&str, String)],
     ) -> Result<Loaded, ConfigError> {
-        let mut given = BTreeSet::new();
+        let mut sources = BTreeMap::new();
         let mut b =
             config::Config::builder().add_source(config::Config::try_from(&Config::default())?);
         if let Some(f) = file {
-            given.extend(file_keys(f)?);
+            for k in file_keys(f)? {
+                sources.insert(k, Source::File(f.to_path_buf()));
+            }
             b = b.add_source(config::File::from(f).format(config::FileFormat::Toml));
         }
         let mut env: Vec<(String, String)> = env.into_iter().collect();
@@ -87,13 +124,13 @@ impl Config {
                 return Err(unknown.into());
             }
             if let Some(key) = key_of_env(&k).as_deref().and_then(known) {
-                given.insert(key);
                 b = b.set_override(key, typed_for(key, &v))?;
+                sources.insert(key, Source::Env(k));
             }
         }
         for (k, v) in overrides {
             let key = known(k).ok_or_else(|| UnknownKey::new(k, Origin::Given))?;
-            given.insert(key);
+            sources.insert(key, Source::Flag);
             b = b.set_override(key, typed_for(key, v))?;
         }
         let merged = b.build()?;
@@ -102,7 +139,11 @@ impl Config {
             Err(e) => return Err(name_the_key(&merged, e)),
         };
         cfg.validate()?;
-        Ok(Loaded { config: cfg, given })
+        Ok(Loaded {
+            config: cfg,
+            given: sources.keys().copied().collect(),
+            sources,
+        })
     }
 
     /// `self` with (key, value) pairs set over it, as flags would set them

@@ -18,6 +18,7 @@ use crate::units::{duration_secs, ByteSize, InvalidKey};
 
 mod keys;
 mod load;
+mod show;
 #[cfg(test)]
 mod tests;
 mod validate;
@@ -27,7 +28,8 @@ pub use keys::{
     default_of, env_var, is_key, key_of_env, keys, nearest_key, reload_effect, Origin, Reload,
     UnknownKey, NOT_KEYS,
 };
-pub use load::Loaded;
+pub use load::{Loaded, Source};
+pub use show::KeyRow;
 
 /// Everything `tierd serve` and `tierd format` are configured with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -196,6 +198,19 @@ pub enum ConfigError {
     /// A key no configuration has (the nearest known one is named).
     #[error(transparent)]
     Unknown(#[from] UnknownKey),
+}
+
+impl ConfigError {
+    /// The key the error is about, when it names one (a file that does
+    /// not parse as TOML names none).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Load(_) => None,
+            ConfigError::Value { key, .. } => Some(key),
+            ConfigError::Invalid(e) => Some(e.key),
+            ConfigError::Unknown(e) => Some(&e.key),
+        }
+    }
 }
 
 /// Default address of the metrics endpoint.

@@ -40,6 +40,23 @@ fn layers_apply_in_order() {
     assert_eq!(c.hdd_size, ByteSize(32 << 30));
 }
 
+/// Keys the example leaves commented out although they have a default:
+/// setting them asks `format` and `serve` to create image files, which a
+/// copy of the example must not do for a mistyped device.
+const SET_ONLY_ON_PURPOSE: [&str; 2] = ["ssd-size", "hdd-size"];
+
+#[test]
+fn the_example_config_asks_for_no_image_sizes() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/tierd.example.toml");
+    let l = Config::load_layers(Some(&path), env(&[]), &[]).expect("example loads");
+    for key in SET_ONLY_ON_PURPOSE {
+        assert!(
+            !l.is_given(key),
+            "docs/tierd.example.toml sets {key}: a copy of it would make `tierd format` create an image for a mistyped device"
+        );
+    }
+}
+
 #[test]
 fn the_example_config_loads_and_matches_the_defaults() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/tierd.example.toml");
@@ -59,7 +76,7 @@ fn the_example_config_loads_and_matches_the_defaults() {
     let text = std::fs::read_to_string(&path).expect("example reads");
     let commented = commented_keys(&text);
     for (key, default) in default_leaves() {
-        if default.is_null() {
+        if default.is_null() || SET_ONLY_ON_PURPOSE.contains(&key.as_str()) {
             assert!(
                 commented.contains(key),
                 "docs/tierd.example.toml lacks `# {key} = ...`"

@@ -7,8 +7,11 @@
 //! protocol is documented for operators in `docs/operations.md`.
 //!
 //! This module owns the protocol's messages only (what `tierctl` shares
-//! with the daemon); the server that answers them against the daemon's
-//! live state is [`crate::serving::control`].
+//! with the daemon), and where a daemon's socket is found from any
+//! directory ([`find`]); the server that answers them against the
+//! daemon's live state is [`crate::serving::control`].
+
+pub mod find;
 
 use serde::{Deserialize, Serialize};
 
@@ -286,12 +289,28 @@ impl Response {
 pub struct TierStatus {
     /// Which tier.
     pub tier: Tier,
-    /// Data slots in bytes.
+    /// Data slots in bytes: `used_bytes + copies_bytes + log_bytes +
+    /// reserve_bytes + free_bytes + pending_bytes`, exactly.
     pub capacity_bytes: u64,
-    /// Bytes of mapped extents.
+    /// Bytes of mapped extents: the volume's data on this tier.
     pub used_bytes: u64,
-    /// Bytes of free slots (not counting quarantined ones).
+    /// Bytes of clean copies kept on this tier (the HDD) of extents that
+    /// live on the SSD: dropped when the space is needed.
+    #[serde(default)]
+    pub copies_bytes: u64,
+    /// Bytes of slots lent to the write log (the SSD).
+    #[serde(default)]
+    pub log_bytes: u64,
+    /// Bytes of free slots held for new writes (the SSD's reserve, as far
+    /// as free slots cover its target).
+    #[serde(default)]
+    pub reserve_bytes: u64,
+    /// Bytes of free slots beyond the reserve.
     pub free_bytes: u64,
+    /// Bytes of slots freed but not yet reusable: waiting for the next
+    /// metadata flush, or held by a move under way.
+    #[serde(default)]
+    pub pending_bytes: u64,
     /// Mapped extents.
     pub extents: u64,
     /// Device read operations.
@@ -509,29 +528,34 @@ pub struct Status {
 }
 
 /// A tier being drained (or what draining it would do), in [`Status`] and
-/// as the answer of [`Request::Evacuate`].
+/// as the answer of [`Request::Evacuate`]. Every count of extents to move
+/// is of the tier's data, its mapped extents (what `status` counts for the
+/// tier; see `serving::evacuation`); the write log's segments and the
+/// clean copies need no move and are counted apart.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct EvacuationStatus {
     /// The tier drained.
     pub tier: Tier,
-    /// Extents' worth on it when draining started (or now, for a plan):
-    /// mapped extents, and the write log's segments (SSD) or shadows (HDD)
-    /// (`data_extents`, `log_segments`, `shadow_extents` split what remains).
+    /// Extents of data on it when draining started (for a plan: now).
     pub started_extents: u64,
-    /// What still occupies it.
+    /// Extents of data on it now: what is still to move or remains.
     pub remaining_extents: u64,
-    /// Of that, mapped extents the other tier has no free slot for: they
-    /// stay unless room appears.
+    /// Of those, extents the other tier has no free slot for: they stay
+    /// unless room appears.
     pub would_remain_extents: u64,
-    /// Of what remains, the volume's data on the tier now: its mapped
-    /// extents, the count `status` shows for the tier.
+    /// The volume's data on the tier now, its mapped extents (the count
+    /// `status` shows for the tier); the same as `remaining_extents`.
     #[serde(default)]
     pub data_extents: u64,
-    /// Of what remains, SSD slots of the write log (SSD only): written
+    /// Of those, extents pinned to this tier: draining overrides their pins
+    /// and moves them too (the pins apply again once draining ends).
+    #[serde(default)]
+    pub pinned_extents: u64,
+    /// Besides the data, SSD slots of the write log (SSD only): written
     /// back to the HDD extents they belong to, nothing to move.
     #[serde(default)]
     pub log_segments: u64,
-    /// Of what remains, clean HDD copies SSD extents keep (HDD only):
+    /// Besides the data, clean HDD copies SSD extents keep (HDD only):
     /// dropped, nothing to move.
     #[serde(default)]
     pub shadow_extents: u64,
@@ -539,7 +563,8 @@ pub struct EvacuationStatus {
     pub extent_size: u64,
     /// Draining is in force (false for a plan or after a cancel).
     pub active: bool,
-    /// Nothing more can move: everything left is what would remain.
+    /// Nothing more can move, the write log is written back and the
+    /// copies are dropped: everything left is what would remain.
     pub done: bool,
 }
 

@@ -314,7 +314,7 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
         Request::Evacuate { tier, dry_run } => {
             if dry_run {
                 return match tier {
-                    Some(t) => Response::ok(super::settings::evacuation_plan(live, t)),
+                    Some(t) => Response::ok(super::evacuation::plan(live, t)),
                     None => Response::err("a plan needs a tier: ssd or hdd"),
                 };
             }
@@ -388,12 +388,25 @@ fn pin(live: &Live, offset: u64, len: Option<u64>, tier: Option<Tier>) -> Respon
     }
     // Honour the pin now rather than at the next interval.
     live.wake();
-    let what = match tier {
+    let what = pin_message(&r, size, tier);
+    info!("{what} (by the operator)");
+    ack(live, what)
+}
+
+/// What a pin or an unpin did, in one sentence: the range and the tier
+/// first, then whether the range had to be clipped.
+fn pin_message(r: &Clipped, size: u64, tier: Option<Tier>) -> String {
+    let mut s = match tier {
         Some(t) => format!("pinned {} to the {t}", r.describe(size)),
         None => format!("unpinned {}", r.describe(size)),
     };
-    info!("{what} by the operator");
-    ack(live, what)
+    if r.clipped {
+        s.push_str(&format!(
+            "; the range asked for ran past the end of the volume and was clipped to its end, {} ({size} bytes)",
+            human_bytes(size)
+        ));
+    }
+    s
 }
 
 /// A byte range of the volume as asked for, clipped to its end.
@@ -407,18 +420,11 @@ struct Clipped {
 }
 
 impl Clipped {
-    /// The range for a person: `0 B-35.00 GiB (the whole volume)`, with a
-    /// word when it was clipped.
+    /// The range for a person: `0 B-35.00 GiB (the whole volume)`.
     fn describe(&self, size: u64) -> String {
         let mut s = format!("{}-{}", human_bytes(self.offset), human_bytes(self.end));
         if self.offset == 0 && self.end == size {
             s.push_str(" (the whole volume)");
-        }
-        if self.clipped {
-            s.push_str(&format!(
-                "; the range asked for ran past the end of the volume, clipped to its {} ({size} bytes)",
-                human_bytes(size)
-            ));
         }
         s
     }
@@ -502,12 +508,12 @@ mod tests {
     fn a_range_past_the_end_is_clipped_and_says_so() {
         let r = clip(0, Some(35 * GIB), SIZE).expect("0-35GiB is taken");
         assert_eq!((r.offset, r.end, r.clipped), (0, SIZE, true));
-        let text = r.describe(SIZE);
+        let text = pin_message(&r, SIZE, Some(Tier::Ssd));
         assert!(text.contains("the whole volume"), "{text}");
-        assert!(text.contains("clipped"), "{text}");
+        assert!(text.contains("past the end"), "{text}");
         let r = clip(GIB, Some(GIB), SIZE).expect("inside");
         assert_eq!((r.offset, r.end, r.clipped), (GIB, 2 * GIB, false));
-        assert!(!r.describe(SIZE).contains("clipped"));
+        assert!(!pin_message(&r, SIZE, None).contains("past the end"));
         let all = clip(0, None, SIZE).expect("all");
         assert_eq!((all.end, all.clipped), (SIZE, false));
         assert_eq!(all.describe(SIZE), "0 B-35.00 GiB (the whole volume)");
@@ -516,5 +522,20 @@ mod tests {
         assert!(clip(0, Some(0), SIZE).is_err());
         let r = clip(1, Some(u64::MAX), SIZE).expect("huge length");
         assert_eq!((r.end, r.clipped), (SIZE, true));
+    }
+
+    #[test]
+    fn a_clipped_pin_names_range_and_tier_together() {
+        let r = clip(34 * GIB, Some(2 * GIB), SIZE).expect("34GiB+2GiB is taken");
+        assert_eq!(
+            pin_message(&r, SIZE, Some(Tier::Ssd)),
+            "pinned 34.00 GiB-35.00 GiB to the ssd; the range asked for ran past the end of the volume \
+             and was clipped to its end, 35.00 GiB (37578866688 bytes)"
+        );
+        assert_eq!(
+            pin_message(&r, SIZE, None),
+            "unpinned 34.00 GiB-35.00 GiB; the range asked for ran past the end of the volume \
+             and was clipped to its end, 35.00 GiB (37578866688 bytes)"
+        );
     }
 }

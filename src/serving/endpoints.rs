@@ -2,7 +2,8 @@
 //! the control socket and the metrics address, all bound before the volume
 //! is opened (or created and formatted), so a busy port or a socket another
 //! process serves on stops the start before anything is written. A socket
-//! file bound by a start that fails later is removed again.
+//! file bound by a start that fails later is removed again, and so is the
+//! directory made for it.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -24,6 +25,9 @@ pub struct Endpoints {
     pub(super) unix: Option<(PathBuf, UnixListener)>,
     pub(super) control: Option<(PathBuf, UnixListener)>,
     pub(super) metrics: Option<(PrometheusHandle, TcpListener)>,
+    /// Directories made for the control socket, outermost first: removed
+    /// again (when empty) if the start fails before the socket is served.
+    pub(super) made_dirs: Vec<PathBuf>,
 }
 
 /// A TCP listener on `addr`, for the runtime we are in.
@@ -47,6 +51,7 @@ impl Endpoints {
             unix: None,
             control: None,
             metrics: None,
+            made_dirs: Vec::new(),
         };
         if !cfg.listen.is_empty() {
             e.tcp = Some(tcp(&cfg.listen).map_err(|source| ServiceError::Io {
@@ -61,6 +66,7 @@ impl Endpoints {
             e.unix = Some((path.clone(), bind_unix(path)?));
         }
         if let Some(path) = cfg.control_path() {
+            e.made_dirs = missing_dirs(path.parent());
             let l = control::bind(&path)
                 .map_err(|e| ServiceError::Refused(crate::units::error_text(&e)))?;
             e.control = Some((path, l));
@@ -111,14 +117,36 @@ fn bind_unix(path: &Path) -> Result<UnixListener, ServiceError> {
     Ok(listener)
 }
 
+/// The directories of `dir` and its ancestors that do not exist, outermost
+/// first.
+fn missing_dirs(dir: Option<&Path>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut d = dir;
+    while let Some(p) = d.filter(|p| !p.as_os_str().is_empty()) {
+        if std::fs::symlink_metadata(p).is_ok() {
+            break;
+        }
+        out.push(p.to_path_buf());
+        d = p.parent();
+    }
+    out.reverse();
+    out
+}
+
 impl Drop for Endpoints {
-    /// Sockets not handed to the server (the start failed) are removed.
+    /// Sockets not handed to the server (the start failed) are removed,
+    /// and the directories made for them if nothing else is in them.
     fn drop(&mut self) {
-        for (path, _) in [self.unix.take(), self.control.take()]
-            .into_iter()
-            .flatten()
-        {
+        if let Some((path, _)) = self.unix.take() {
             let _ = std::fs::remove_file(path);
+        }
+        if let Some((path, _)) = self.control.take() {
+            let _ = std::fs::remove_file(path);
+            for dir in self.made_dirs.iter().rev() {
+                if std::fs::remove_dir(dir).is_err() {
+                    break;
+                }
+            }
         }
     }
 }

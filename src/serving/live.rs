@@ -20,7 +20,7 @@ use crate::migrate::candidates::candidates;
 use crate::migrate::policy::effective;
 use crate::migrate::worker::MigratorHandle;
 use crate::migrate::Migrator;
-use crate::volume::{Stats, Tier, Volume, BLOCK_SIZE};
+use crate::volume::{Geometry, Stats, Tier, Usage, Volume, BLOCK_SIZE};
 
 /// Every migration reason, in the order status reports them.
 pub use crate::units::REASONS;
@@ -454,11 +454,13 @@ impl Live {
         let usage = vol.usage();
         let s = vol.stats();
         let mut lat = self.latencies();
+        let space = tier_space(&geo, &usage, self.migrator.reserve_extents());
         let tiers = Tier::ALL
             .iter()
             .map(|&t| {
                 let i = t.index();
                 let (latency, busy_secs, utilisation) = std::mem::take(&mut lat[i]);
+                let sp = space[i];
                 TierStatus {
                     read_hit_bytes: Stats::get(&s.read_hit_bytes[i]),
                     write_landed_bytes: Stats::get(&s.write_landed_bytes[i]),
@@ -467,9 +469,13 @@ impl Live {
                     utilisation,
                     latency,
                     tier: t,
-                    capacity_bytes: u64::from(geo.slots(t)) * es,
-                    used_bytes: usage.mapped[i] * es,
-                    free_bytes: u64::from(usage.free[i]) * es,
+                    capacity_bytes: sp.slots * es,
+                    used_bytes: sp.used * es,
+                    copies_bytes: sp.copies * es,
+                    log_bytes: sp.log * es,
+                    reserve_bytes: sp.reserve * es,
+                    free_bytes: sp.free * es,
+                    pending_bytes: sp.pending * es,
                     extents: usage.mapped[i],
                     reads: Stats::get(&s.dev_reads[i]),
                     read_bytes: Stats::get(&s.dev_read_bytes[i]),
@@ -578,6 +584,57 @@ impl Live {
     }
 }
 
+/// Where one tier's slots are, in slots; they add up to `slots`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct TierSpace {
+    slots: u64,
+    /// Mapped extents.
+    used: u64,
+    /// Clean HDD copies of SSD extents (HDD).
+    copies: u64,
+    /// Write-log segments (SSD).
+    log: u64,
+    /// Free slots held for the reserve target (SSD).
+    reserve: u64,
+    /// Free slots beyond it.
+    free: u64,
+    /// The rest: freed slots waiting for a metadata flush, and slots a
+    /// move under way holds.
+    pending: u64,
+}
+
+/// Every slot of each tier (SSD, HDD) in one of its uses, from one usage
+/// snapshot, with `reserve_target` free SSD slots counted as the reserve.
+/// The parts are read at slightly different moments under load: a count
+/// that runs over is taken off the free slots, so they always add up.
+fn tier_space(geo: &Geometry, u: &Usage, reserve_target: u64) -> [TierSpace; 2] {
+    Tier::ALL.map(|t| {
+        let i = t.index();
+        let slots = u64::from(geo.slots(t));
+        let used = u.mapped[i];
+        let (copies, log) = match t {
+            Tier::Ssd => (0, u64::from(u.log.segments)),
+            Tier::Hdd => (u.shadows, 0),
+        };
+        let taken = used + copies + log;
+        let free_slots = u64::from(u.free[i]).min(slots.saturating_sub(taken));
+        let reserve = match t {
+            Tier::Ssd => free_slots.min(reserve_target),
+            Tier::Hdd => 0,
+        };
+        let pending = slots.saturating_sub(taken + free_slots);
+        TierSpace {
+            slots,
+            used,
+            copies,
+            log,
+            reserve,
+            free: free_slots - reserve,
+            pending,
+        }
+    })
+}
+
 /// Requests the NBD server answered with an error: how many since start
 /// and when the latest was, for the health in `status`.
 #[derive(Debug, Default)]
@@ -597,5 +654,71 @@ impl ClientErrors {
     /// How many so far, and when the latest was.
     pub fn get(&self) -> (u64, Option<Instant>) {
         (self.count.load(Ordering::Relaxed), *self.last.lock())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(mapped: [u64; 2], free: [u32; 2], log: u32, shadows: u64) -> Usage {
+        Usage {
+            capacity: 0,
+            mapped,
+            free,
+            quarantined: 0,
+            log: crate::volume::LogUsage {
+                segments: log,
+                ..Default::default()
+            },
+            logged_blocks: 0,
+            shadows,
+            shadow_clean_blocks: 0,
+            shadow_stale_blocks: 0,
+        }
+    }
+
+    #[test]
+    fn every_slot_is_in_one_use_and_they_add_up() {
+        let geo = Geometry {
+            extent_size: 1 << 20,
+            ssd_slots: 100,
+            hdd_slots: 400,
+            reserve_extents: 25,
+        };
+        // SSD: 50 data, 5 log, 40 free (25 of them the reserve), 5 pending.
+        // HDD: 200 data, 30 clean copies, 160 free, 10 pending.
+        let [ssd, hdd] = tier_space(&geo, &usage([50, 200], [40, 160], 5, 30), 25);
+        assert_eq!(
+            ssd,
+            TierSpace {
+                slots: 100,
+                used: 50,
+                copies: 0,
+                log: 5,
+                reserve: 25,
+                free: 15,
+                pending: 5
+            }
+        );
+        assert_eq!(
+            hdd,
+            TierSpace {
+                slots: 400,
+                used: 200,
+                copies: 30,
+                log: 0,
+                reserve: 0,
+                free: 160,
+                pending: 10
+            }
+        );
+        // Fewer free slots than the target: all of them are the reserve.
+        let [ssd, _] = tier_space(&geo, &usage([80, 0], [10, 400], 10, 0), 25);
+        assert_eq!((ssd.reserve, ssd.free, ssd.pending), (10, 0, 0));
+        // A snapshot whose free count runs over still adds up.
+        let [ssd, _] = tier_space(&geo, &usage([95, 0], [10, 400], 0, 0), 25);
+        let sum = ssd.used + ssd.copies + ssd.log + ssd.reserve + ssd.free + ssd.pending;
+        assert_eq!(sum, 100, "{ssd:?}");
     }
 }

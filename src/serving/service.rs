@@ -15,6 +15,7 @@ use tracing::{debug, info, warn};
 use super::adapter::VolumeExport;
 use super::control;
 use super::endpoints::Endpoints;
+use super::images::{self, check_given_sizes, Made, TierPath};
 use super::live::{ConnectionProbe, Live, META_FLUSH_EVERY};
 use super::metrics;
 use super::settings::Settings;
@@ -42,6 +43,19 @@ pub enum ServiceError {
         /// Why.
         #[source]
         source: StoreError,
+    },
+    /// The metadata store is locked: another process (a tierd) has it open.
+    #[error(
+        "the metadata store at {} is locked by another process: is another tierd running on it? \
+         (stop it, or give this one another --meta-dir)",
+        .path.display()
+    )]
+    StoreLocked {
+        /// Its directory.
+        path: PathBuf,
+        /// The lock's error, which the message says in words (so it is
+        /// not a source: the one line would say it twice).
+        lock_error: std::io::Error,
     },
     /// A file-level failure with what was being done.
     #[error("{what}")]
@@ -86,9 +100,9 @@ impl std::fmt::Display for ImageAdvice<'_> {
     }
 }
 
-type Result<T> = std::result::Result<T, ServiceError>;
+pub(super) type Result<T> = std::result::Result<T, ServiceError>;
 
-fn io_ctx(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
+pub(super) fn io_ctx(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
     let what = what.into();
     move |source| ServiceError::Io { what, source }
 }
@@ -238,167 +252,44 @@ pub fn open_store(cfg: &Config) -> Result<Arc<SledStore>> {
     let path = cfg.meta_path();
     SledStore::open(&path)
         .map(Arc::new)
-        .map_err(|source| ServiceError::Store {
-            path: path.clone(),
-            source: match source {
-                // sled wraps the lock's EWOULDBLOCK in an error of its own kind.
-                StoreError::Io(e)
-                    if e.kind() == std::io::ErrorKind::WouldBlock
-                        || e.to_string().contains("could not acquire lock") =>
-                {
-                    StoreError::Backend(
-                        "locked by another process: is another tierd running on it?".into(),
-                    )
+        .map_err(|source| match source {
+            // sled wraps the lock's EWOULDBLOCK in an error of its own kind.
+            StoreError::Io(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.to_string().contains("could not acquire lock") =>
+            {
+                ServiceError::StoreLocked {
+                    path: path.clone(),
+                    lock_error: e,
                 }
-                other => other,
+            }
+            source => ServiceError::Store {
+                path: path.clone(),
+                source,
             },
         })
 }
 
-/// One tier's device as the configuration names it.
-struct TierPath {
-    /// `ssd` or `hdd`.
-    name: &'static str,
-    path: PathBuf,
-    /// The key that sizes its image (`ssd-size`).
-    size_key: &'static str,
-    size: ByteSize,
-    /// The embedded default image (`<data-dir>/ssd.img`), not a named one.
-    default_image: bool,
-}
-
-impl TierPath {
-    fn both(cfg: &Config) -> [TierPath; 2] {
-        [
-            TierPath {
-                name: "ssd",
-                path: cfg.ssd_path(),
-                size_key: "ssd-size",
-                size: cfg.ssd_size,
-                default_image: cfg.ssd.is_none(),
-            },
-            TierPath {
-                name: "hdd",
-                path: cfg.hdd_path(),
-                size_key: "hdd-size",
-                size: cfg.hdd_size,
-                default_image: cfg.hdd.is_none(),
-            },
-        ]
-    }
-
-    /// Remote storage (NBD, RADOS): nothing to create, stat or size here.
-    fn is_remote(&self) -> bool {
-        self.path
-            .to_str()
-            .is_some_and(|s| crate::nbd::client::is_uri(s) || crate::device::rados::is_rados_uri(s))
-    }
-
-    /// The size of the image file, if it is an existing regular file (a
-    /// block device has its own size, which no setting changes).
-    fn image_size(&self) -> Option<u64> {
-        if self.is_remote() {
-            return None;
-        }
-        std::fs::metadata(&self.path)
-            .ok()
-            .filter(|m| m.is_file())
-            .map(|m| m.len())
-    }
-}
-
-/// A size setting (`ssd-size`, `hdd-size`) a layer gave that an existing
-/// image file does not have is refused: the size only applies when tierd
-/// creates the image, and opening the volume as it is would ignore what
-/// was asked without a word. Block devices and remote tiers are not
-/// image files: the setting means nothing to them.
-fn check_given_sizes(loaded: &Loaded) -> Result<()> {
-    for t in TierPath::both(&loaded.config) {
-        let Some(have) = t.image_size() else {
-            continue;
-        };
-        if loaded.is_given(t.size_key) && have != t.size.0 {
-            // In units; in bytes only where the units cannot tell them apart.
-            let (mut have_h, mut want_h) = (human_bytes(have), human_bytes(t.size.0));
-            if have_h == want_h {
-                (have_h, want_h) = (format!("{have} bytes"), format!("{} bytes", t.size.0));
-            }
-            return Err(ServiceError::Refused(format!(
-                "{path} is {have_h}, but {key} asks for {want_h}: \
-                 {key} only sizes an image file tierd creates, and an existing image keeps its size. \
-                 Drop {key} (--{key}, {var} or the configuration file's key) to use {path} as it is, \
-                 or remove the volume's files (images and metadata directory) to start a new volume of that size",
-                path = t.path.display(),
-                key = t.size_key,
-                var = crate::config::env_var(t.size_key),
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Format the configured devices as a new volume. A missing image file is
-/// created (sparse) when it is the embedded default or its size is given
-/// (`--ssd-size`); listen addresses are the caller's to check first.
+/// created (sparse) only where [`images::images_to_create`] allows it: in
+/// an existing directory, outside `/dev`, with its size asked for (or the
+/// embedded default's). Listen addresses are the caller's to check first.
+/// A format that fails removes what it made (image files, the data and
+/// metadata directories).
 pub fn format(loaded: &Loaded, force: bool) -> Result<Geometry> {
     let cfg = &loaded.config;
     check_given_sizes(loaded)?;
-    let mut missing = Vec::new();
-    for t in TierPath::both(cfg) {
-        if t.is_remote() || t.path.exists() {
-            continue;
-        }
-        if !(t.default_image || loaded.is_given(t.size_key)) {
-            return Err(ServiceError::Refused(format!(
-                "{path} does not exist: name an existing device, or give its size to create it as an image file (--{key} SIZE, e.g. --{key} {example})",
-                path = t.path.display(),
-                key = t.size_key,
-                example = t.size,
-            )));
-        }
-        missing.push(t);
-    }
-    create_images(&missing)?;
-    let store = open_store(cfg)?;
-    format_with(cfg, store.as_ref(), force)
-}
-
-/// Create the sparse image files of `tiers`, and their directories. When
-/// one cannot be made, those made before it are removed again: trying
-/// again (with another size) then finds the data directory as it was,
-/// not a half-made volume it refuses.
-fn create_images(tiers: &[TierPath]) -> Result<()> {
-    for (i, t) in tiers.iter().enumerate() {
-        if let Err(e) = create_image(t) {
-            for made in &tiers[..i] {
-                match std::fs::remove_file(&made.path) {
-                    Ok(()) => {
-                        info!(path = %made.path.display(), "removed the image file made before the failure")
-                    }
-                    Err(re) => {
-                        warn!(path = %made.path.display(), error = %re, "cannot remove the image file made before the failure")
-                    }
-                }
-            }
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
-/// Create the sparse image file of one tier, and its directory.
-fn create_image(t: &TierPath) -> Result<()> {
-    let path = &t.path;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(io_ctx(format!("creating directory {}", dir.display())))?;
-    }
-    FileDevice::create_image(path, t.size.0).map_err(|source| ServiceError::Image {
-        key: t.size_key,
-        source,
-    })?;
-    info!(path = %path.display(), size = %t.size, "created sparse image file");
-    Ok(())
+    let missing = images::images_to_create(loaded)?;
+    // Dropped last, after the store: undoes what was made on an error.
+    let mut made = Made::default();
+    made.images(&missing, &cfg.data_dir)?;
+    made.store_dir(&cfg.meta_path());
+    let geo = {
+        let store = open_store(cfg)?;
+        format_with(cfg, store.as_ref(), force)?
+    };
+    made.keep();
+    Ok(geo)
 }
 
 /// [`format`] with an already open store.
@@ -430,28 +321,39 @@ fn format_with(cfg: &Config, store: &dyn MetaStore, force: bool) -> Result<Geome
     Ok(Volume::format(&devices, store, &opts)?)
 }
 
-/// Create the default image files (sparse). With `require_new`, both must
-/// be absent.
-fn create_default_images(cfg: &Config, require_new: bool) -> Result<()> {
-    std::fs::create_dir_all(&cfg.data_dir).map_err(io_ctx(format!(
-        "creating data directory {}",
-        cfg.data_dir.display()
-    )))?;
-    let mut missing = Vec::new();
-    for t in TierPath::both(cfg) {
-        if t.path.exists() {
-            if require_new {
+/// What [`prepare`] would refuse before it creates anything, checked with
+/// nothing created (`serve` checks it before it binds its sockets): a size
+/// setting an existing image does not have; on a first start on the
+/// default images, an image already there or one that may not be made
+/// (its data directory in /dev or in a missing directory); with no
+/// metadata store, a missing device where no image may be made.
+pub fn check_before_start(loaded: &Loaded) -> Result<()> {
+    let cfg = &loaded.config;
+    check_given_sizes(loaded)?;
+    if SledStore::exists(&cfg.meta_path()) {
+        return Ok(());
+    }
+    if cfg.uses_default_images() {
+        for t in TierPath::both(cfg) {
+            if !t.is_missing() {
                 return Err(ServiceError::Refused(format!(
                     "{} exists but the volume is not formatted; tierd never formats existing devices implicitly: run `tierd format --data-dir {}` (add --force to overwrite)",
                     t.path.display(),
                     cfg.data_dir.display()
                 )));
             }
-            continue;
         }
-        missing.push(t);
+        images::images_to_create(loaded)?;
+    } else {
+        // A device that is missing where no image may be made: say that,
+        // not "format it".
+        for t in TierPath::both(cfg) {
+            if t.is_missing() {
+                images::check_location(&t, &cfg.data_dir)?;
+            }
+        }
     }
-    create_images(&missing)
+    Ok(())
 }
 
 /// Open the configured volume. With the embedded default (no `ssd`/`hdd`
@@ -459,16 +361,21 @@ fn create_default_images(cfg: &Config, require_new: bool) -> Result<()> {
 /// image files first. Returns the volume and whether it was formatted now.
 pub fn prepare(loaded: &Loaded) -> Result<(Arc<Volume>, bool)> {
     let cfg = &loaded.config;
-    check_given_sizes(loaded)?;
+    check_before_start(loaded)?;
     let mut formatted = false;
     let store_exists = SledStore::exists(&cfg.meta_path());
     // Opened once: sled releases its lock asynchronously after a drop, so
     // formatting and then reopening could race our own lock.
     let mut store: Option<Arc<SledStore>> = None;
     if cfg.uses_default_images() && !store_exists {
-        create_default_images(cfg, true)?;
+        let missing = images::images_to_create(loaded)?;
+        // Dropped last, after the store: undoes what was made on an error.
+        let mut made = Made::default();
+        made.images(&missing, &cfg.data_dir)?;
+        made.store_dir(&cfg.meta_path());
         let s = open_store(cfg)?;
         let geo = format_with(cfg, s.as_ref(), false)?;
+        made.keep();
         store = Some(s);
         info!(
             capacity = geo.capacity(),
@@ -509,7 +416,7 @@ fn format_command(cfg: &Config) -> String {
         cfg.meta_path().display()
     );
     for t in TierPath::both(cfg) {
-        if !t.is_remote() && !t.path.exists() {
+        if t.is_missing() {
             cmd.push_str(&format!(" --{} {}", t.size_key, t.size));
         }
     }
@@ -659,8 +566,18 @@ pub async fn run_with(
     );
     // Side services: their end never stops the daemon.
     let mut side = tokio::task::JoinSet::new();
+    // Kept until the end: tierctl finds the daemon from any directory.
+    let mut _registration = None;
     if let Some((path, listener)) = endpoints.control.take() {
         info!(path = %path.display(), "control socket ready");
+        match crate::control::find::register(&path) {
+            Ok(Some(r)) => {
+                info!(entry = %r.entry().display(), "control socket registered: tierctl finds it from any directory");
+                _registration = Some(r);
+            }
+            Ok(None) => info!("no runtime directory to register the control socket in (set XDG_RUNTIME_DIR); tierctl finds it with --control {} or TIERD_CONTROL", path.display()),
+            Err(e) => warn!("cannot register the control socket for tierctl ({e}); tierctl finds it with --control {}", path.display()),
+        }
         let (live, rx) = (live.clone(), stop_rx.clone());
         side.spawn(async move { control::serve(listener, live, stopped(rx)).await });
     }

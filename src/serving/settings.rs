@@ -45,7 +45,7 @@ pub struct Saved {
 }
 
 struct State {
-    /// The tier being drained and what occupied it when draining started.
+    /// The tier being drained and its data (extents) when draining started.
     evacuate: Option<(Tier, u64)>,
     /// As loaded from defaults, file, environment and flags.
     base: Config,
@@ -137,7 +137,8 @@ impl Settings {
         Self::persist(live, &st.live, tier)?;
         let vol = &live.volume;
         vol.set_evacuating(tier);
-        st.evacuate = tier.map(|t| (t, vol.occupying(t)));
+        // Counted as the plan counts: the tier's data.
+        st.evacuate = tier.map(|t| (t, super::evacuation::plan(live, t).data_extents));
         live.wake();
         Ok(match tier {
             Some(t) => {
@@ -155,7 +156,7 @@ impl Settings {
     pub fn evacuation(&self, live: &Live) -> Option<EvacuationStatus> {
         let mut st = self.state.lock();
         let (tier, started) = st.evacuate?;
-        let mut e = evacuation_plan(live, tier);
+        let mut e = super::evacuation::plan(live, tier);
         // After a restart the start is unknown: the first look sets it.
         e.started_extents = started.max(e.remaining_extents);
         st.evacuate = Some((tier, e.started_extents));
@@ -180,27 +181,15 @@ impl Settings {
     pub fn show(&self) -> Vec<Setting> {
         let st = self.state.lock();
         let cfg = &st.in_force;
-        let defaults = Config::default().values();
-        cfg.values()
+        let raw = cfg.values();
+        cfg.effective_values()
             .into_iter()
-            .map(|(k, v)| {
-                let d = defaults.iter().find(|(dk, _)| *dk == k).map(|(_, d)| d);
+            .zip(raw)
+            .map(|((k, value), (_, v))| {
                 let source = if st.live.contains_key(k) {
                     "tierctl"
-                } else if d == Some(&v) {
-                    "default"
                 } else {
-                    "configuration"
-                };
-                let value = match k {
-                    "ssd" => cfg.ssd_path().display().to_string(),
-                    "hdd" => cfg.hdd_path().display().to_string(),
-                    "meta-dir" => cfg.meta_path().display().to_string(),
-                    "control" => cfg
-                        .control_path()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default(),
-                    _ => v,
+                    source_of_value(k, &v)
                 };
                 Setting {
                     key: k.to_string(),
@@ -342,7 +331,11 @@ impl Settings {
         self.commit(live, &mut st, settings)?;
         let now = shown_value(live, &st.in_force, key);
         info!(key, to = %now, "live setting reset by the operator");
-        Ok(format!("{key} reset: {now} from the configuration"))
+        let from = match source_of_value(key, &value_of(&st.in_force, key)) {
+            "default" => "the default",
+            _ => "the configuration",
+        };
+        Ok(format!("{key} reset: {now} from {from}"))
     }
 
     /// Load the configuration again (SIGHUP, `tierctl reload`) and apply
@@ -395,7 +388,7 @@ impl Settings {
             ));
         }
         if !restart.is_empty() {
-            warn!(keys = ?restart, "reload: these changes take effect only after a restart (the [heat] half-life is fixed when the volume opens)");
+            warn!(keys = ?restart, "reload: {}", restart_note(&restart));
             msg.push_str(&format!(
                 "; changed but need a restart to take effect: {}",
                 list(&restart)
@@ -409,39 +402,6 @@ impl Settings {
             ));
         }
         Ok(msg)
-    }
-}
-
-/// What draining `tier` would move and leave, now.
-pub fn evacuation_plan(live: &Live, tier: Tier) -> EvacuationStatus {
-    let vol = &live.volume;
-    let other = match tier {
-        Tier::Ssd => Tier::Hdd,
-        Tier::Hdd => Tier::Ssd,
-    };
-    // One snapshot, so the parts add up to what `occupying` counts.
-    let u = vol.usage();
-    let mapped = u.mapped[tier.index()];
-    let (log_segments, shadow_extents) = match tier {
-        Tier::Ssd => (u64::from(u.log.segments), 0),
-        Tier::Hdd => (0, u.shadows),
-    };
-    let remaining = mapped + log_segments + shadow_extents;
-    // Log segments drain into existing HDD extents and shadows are
-    // dropped: only mapped extents need a free slot on the other side.
-    let would_remain = mapped.saturating_sub(u64::from(vol.free_slots(other)));
-    EvacuationStatus {
-        tier,
-        started_extents: remaining,
-        remaining_extents: remaining,
-        would_remain_extents: would_remain,
-        data_extents: mapped,
-        log_segments,
-        shadow_extents,
-        extent_size: vol.geometry().extent_size,
-        active: false,
-        // Moves in flight hold destination slots already: wait for them.
-        done: remaining <= would_remain && live.migrator.progress().queued == 0,
     }
 }
 
@@ -478,6 +438,17 @@ fn reserve_target(live: &Live, new: &Config, live_reserve: Option<&str>) -> Resu
     Ok(extents)
 }
 
+/// What a reload says of keys that changed but take effect only after a
+/// restart; why, for the `[heat]` keys (the heat map is built when the
+/// volume opens), only when one of them is among them.
+fn restart_note(keys: &[&str]) -> String {
+    let mut s = "these changes take effect only after a restart".to_string();
+    if keys.iter().any(|k| k.starts_with("heat.")) {
+        s.push_str(" (the [heat] half-life and windows are fixed when the volume opens)");
+    }
+    s
+}
+
 /// Keys a reload takes from the file into the running daemon.
 fn follows_file(key: &str) -> bool {
     key.starts_with("migrate.") || matches!(key, "heat.sequential-cutoff" | "log-level")
@@ -507,6 +478,17 @@ fn list(keys: &[&str]) -> String {
     }
 }
 
+/// Where a value not set live comes from, as `tierctl config show` says
+/// it: `default` when it is the built-in default, else `configuration`
+/// (the file, the environment or a flag).
+fn source_of_value(key: &str, value: &str) -> &'static str {
+    if value_of(&Config::default(), key) == value {
+        "default"
+    } else {
+        "configuration"
+    }
+}
+
 fn value_of(cfg: &Config, key: &str) -> String {
     cfg.values()
         .into_iter()
@@ -518,6 +500,15 @@ fn value_of(cfg: &Config, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::list;
+
+    #[test]
+    fn a_restart_note_speaks_of_heat_only_for_heat_keys() {
+        use super::restart_note;
+        assert!(!restart_note(&["listen"]).contains("heat"));
+        assert!(!restart_note(&["listen", "export-name"]).contains("half-life"));
+        assert!(restart_note(&["heat.half-life"]).contains("[heat] half-life"));
+        assert!(restart_note(&["listen", "heat.idle-after"]).contains("[heat]"));
+    }
 
     #[test]
     fn keys_read_as_a_list_in_prose() {

@@ -200,6 +200,32 @@ pub fn tool(name: &str) -> Command {
     Command::new(require(name))
 }
 
+/// `tierctl --control SOCK ARGS` (no colour); it must succeed. Returns
+/// stdout.
+pub fn tierctl_ok(sock: &Path, args: &[&str]) -> String {
+    let out = run(Command::new(tierctl_bin())
+        .arg("--control")
+        .arg(sock)
+        .args(args)
+        .env("NO_COLOR", "1"));
+    assert!(
+        out.status.success(),
+        "{}",
+        show(&format!("tierctl {args:?}"), &out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `qemu-io -f raw -c CMD ... URI`; it must succeed.
+pub fn qemu_io_all(uri: &str, cmds: &[&str]) {
+    let mut c = tool("qemu-io");
+    c.args(["-f", "raw"]);
+    for cmd in cmds {
+        c.args(["-c", cmd]);
+    }
+    run_ok(c.arg(uri));
+}
+
 /// Deterministic pseudo-random bytes (xorshift64*: cheap even in debug
 /// builds, which matters for tens of MiB).
 pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
@@ -405,6 +431,9 @@ impl Daemon {
             .args(["--extent-size", &self.opts.extent_size])
             .args(["--log-level", &self.opts.log_level])
             .args(&self.opts.extra_args)
+            // Its control socket registered in its own directory, not in
+            // the machine's runtime directory where tests run in parallel.
+            .env("XDG_RUNTIME_DIR", self.dir.path())
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")

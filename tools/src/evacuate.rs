@@ -23,44 +23,50 @@ fn other(t: Tier) -> Tier {
 }
 
 /// The plan in words: the tier's data (the extents `status` counts for
-/// it) apart from what needs no move (write-log segments, clean copies).
+/// it), how much of it can move and how much would remain, which pins
+/// draining overrides, and apart what needs no move (write-log segments,
+/// clean copies).
 fn describe(p: &EvacuationStatus) -> String {
     let es = p.extent_size;
     let movable = p.data_extents.saturating_sub(p.would_remain_extents);
     let mut s = format!(
-        "the {} holds {} extents of data ({})",
+        "the {} holds {} extents of data ({}); {movable} of them ({}) can move to the {}",
         p.tier,
         p.data_extents,
-        human(p.data_extents * es)
-    );
-    if p.log_segments > 0 {
-        s.push_str(&format!(
-            " and {} write-log segments ({}: written back to the HDD, not moved)",
-            p.log_segments,
-            human(p.log_segments * es)
-        ));
-    }
-    if p.shadow_extents > 0 {
-        s.push_str(&format!(
-            " and {} clean copies of SSD extents ({}: dropped, not moved)",
-            p.shadow_extents,
-            human(p.shadow_extents * es)
-        ));
-    }
-    s.push_str(&format!(
-        "; {movable} extents ({}) can move to the {}",
+        human(p.data_extents * es),
         human(movable * es),
         other(p.tier)
-    ));
+    );
     if p.would_remain_extents > 0 {
         s.push_str(&format!(
-            "; {} extents ({}) would REMAIN: the {} has no free slot for them",
+            ", {} ({}) would REMAIN: the {} has no free slot for them",
             p.would_remain_extents,
             human(p.would_remain_extents * es),
             other(p.tier)
         ));
     } else {
         s.push_str(": nothing would remain");
+    }
+    if p.pinned_extents > 0 {
+        s.push_str(&format!(
+            "; {} of them are pinned to the {}: draining overrides those pins and moves them too \
+             (the pins stay, and apply again after `tierctl evacuate --cancel`)",
+            p.pinned_extents, p.tier
+        ));
+    }
+    if p.log_segments > 0 {
+        s.push_str(&format!(
+            "; besides, {} write-log segments ({}) are written back to the HDD, not moved",
+            p.log_segments,
+            human(p.log_segments * es)
+        ));
+    }
+    if p.shadow_extents > 0 {
+        s.push_str(&format!(
+            "; besides, {} clean copies of SSD extents ({}) are dropped, not moved",
+            p.shadow_extents,
+            human(p.shadow_extents * es)
+        ));
     }
     s
 }
@@ -195,11 +201,11 @@ fn watch(cli: &Cli, mut base: Option<(u64, u64)>) -> anyhow::Result<()> {
                 ),
                 Tier::Hdd => format!("{moved} extents moved: {} copied", human(copied)),
             };
-            if e.would_remain_extents > 0 {
+            if e.remaining_extents > 0 {
                 say!(
                     "drained as far as room allows ({how}): {} extents ({}) remain on the {}",
-                    e.would_remain_extents,
-                    human(e.would_remain_extents * e.extent_size),
+                    e.remaining_extents,
+                    human(e.remaining_extents * e.extent_size),
                     e.tier
                 );
             } else {
@@ -211,8 +217,11 @@ fn watch(cli: &Cli, mut base: Option<(u64, u64)>) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        if e.remaining_extents < last.0 {
-            last = (e.remaining_extents, Instant::now());
+        // Progress is data moved, or write log written back, or copies
+        // dropped.
+        let left = e.remaining_extents + e.log_segments + e.shadow_extents;
+        if left < last.0 {
+            last = (left, Instant::now());
         } else if last.1.elapsed() > STALL {
             if tty {
                 eprintln!();

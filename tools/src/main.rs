@@ -28,7 +28,9 @@ use out::{human, paint, say};
 #[command(name = "tierctl", version, about = "Inspect and steer tierd")]
 pub struct Cli {
     /// The daemon's control socket. Default: the first that answers of
-    /// $TIERD_CONTROL, /run/tierd/control.sock and tierd-data/control.sock.
+    /// $TIERD_CONTROL, tierd-data/control.sock, /run/tierd/control.sock and
+    /// the sockets running daemons registered (in $XDG_RUNTIME_DIR/tierd,
+    /// else /run/user/UID/tierd, else for root /run/tierd).
     #[arg(long, global = true, value_name = "PATH")]
     control: Option<PathBuf>,
     /// Print JSON instead of text.
@@ -278,11 +280,7 @@ pub fn request<T: serde::de::DeserializeOwned>(
     cli: &Cli,
     req: &Request,
 ) -> anyhow::Result<(T, Response)> {
-    let resp = client::Target::new(
-        cli.control.clone(),
-        std::env::var_os("TIERD_CONTROL").map(PathBuf::from),
-    )
-    .call(req)?;
+    let resp = client::Target::from_env(cli.control.clone()).call(req)?;
     if !resp.ok {
         if cli.json {
             say!("{}", serde_json::to_string(&resp)?);

@@ -58,6 +58,43 @@ fn print_latency(s: &Status) {
     }
 }
 
+/// Every slot of each tier: the columns add up to its capacity.
+fn print_space(s: &Status) {
+    let pending = s.tiers.iter().any(|t| t.pending_bytes > 0);
+    let mut head = format!(
+        "{:<4} {:>11} = {:>11} {:>11} {:>11} {:>11} {:>11}",
+        "tier", "capacity", "used", "copies", "log", "reserve", "free"
+    );
+    if pending {
+        head.push_str(&format!(" {:>11}", "pending"));
+    }
+    say!("{head}");
+    for t in &s.tiers {
+        let mut row = format!(
+            "{:<4} {:>11} = {:>11} {:>11} {:>11} {:>11} {:>11}",
+            t.tier.to_string(),
+            human(t.capacity_bytes),
+            human(t.used_bytes),
+            human(t.copies_bytes),
+            human(t.log_bytes),
+            human(t.reserve_bytes),
+            human(t.free_bytes)
+        );
+        if pending {
+            row.push_str(&format!(" {:>11}", human(t.pending_bytes)));
+        }
+        say!("{row}");
+    }
+    say!(
+        "  (used: the volume's data; copies: clean HDD copies of SSD extents, given up when room is needed; log: the SSD write log; reserve: free SSD space kept for new writes{})",
+        if pending {
+            "; pending: freed, reusable after the next metadata flush"
+        } else {
+            ""
+        }
+    );
+}
+
 pub fn print(s: &Status) {
     let h = &s.health;
     if h.problems.is_empty() {
@@ -79,12 +116,10 @@ pub fn print(s: &Status) {
         human(s.capacity_bytes),
         human(s.extent_size)
     );
+    print_space(s);
     say!(
-        "{:<4} {:>12} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7}",
+        "{:<4} {:>8} {:>10} {:>10} {:>7}",
         "tier",
-        "capacity",
-        "used",
-        "free",
         "extents",
         "read",
         "written",
@@ -92,11 +127,8 @@ pub fn print(s: &Status) {
     );
     for t in &s.tiers {
         say!(
-            "{:<4} {:>12} {:>12} {:>12} {:>8} {:>10} {:>10} {:>7}",
+            "{:<4} {:>8} {:>10} {:>10} {:>7}",
             t.tier.to_string(),
-            human(t.capacity_bytes),
-            human(t.used_bytes),
-            human(t.free_bytes),
             t.extents,
             human(t.read_bytes),
             human(t.write_bytes),
@@ -156,15 +188,16 @@ pub fn print(s: &Status) {
     }
     if let Some(e) = &s.evacuation {
         say!(
-            "DRAINING the {}: {} of {} left{}; new data goes to the other tier (tierctl evacuate --cancel ends it)",
+            "DRAINING the {}: {} of its {} extents of data moved, {} left{}; new data goes to the other tier (tierctl evacuate --cancel ends it)",
             e.tier,
-            human(e.remaining_extents * e.extent_size),
-            human(e.started_extents * e.extent_size),
+            e.started_extents.saturating_sub(e.remaining_extents),
+            e.started_extents,
+            e.remaining_extents,
             if e.done {
-                if e.would_remain_extents > 0 {
+                if e.remaining_extents > 0 {
                     format!(
                         ", done as far as room allows ({} stay)",
-                        human(e.would_remain_extents * e.extent_size)
+                        human(e.remaining_extents * e.extent_size)
                     )
                 } else {
                     ", done: empty".to_string()

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::target::{execute, Measurement, Run, Target};
 use super::workload::{Skew, Spec};
@@ -26,7 +26,7 @@ const MIB: u64 = 1 << 20;
 type Pattern = (&'static str, Vec<(u64, u32)>, f64, f64);
 
 /// One data point.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Point {
     /// Suite name.
     pub suite: String,
@@ -100,7 +100,7 @@ pub struct Panel {
 }
 
 /// A scalar result with a verdict (scores, convergence times, ratios).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Finding {
     /// Suite.
     pub suite: String,
@@ -113,15 +113,15 @@ pub struct Finding {
     /// Explanation.
     pub note: String,
     /// The goal the value is held to, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Goal>,
     /// Whether the value meets `target` (absent without one).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub met: Option<bool>,
 }
 
 /// A goal a [`Finding`] is held to.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Goal {
     /// The value is at most this.

@@ -10,7 +10,7 @@
 //! time) give read-hit shares at the hybrid's room, and a chart each of
 //! read latency and of read-hit share against SSD size.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Bench, Chart, Goal, Panel};
 use crate::bed::{is_cache, ssd_for_room, Bed};
@@ -21,7 +21,7 @@ use tierd::units::REASONS;
 use tierd::volume::{Stats, Tier};
 
 /// What a trace replay measured on one target, beside its point.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TraceDetail {
     /// The share of the hybrid's volume that held data before the run.
     pub fill: f64,
