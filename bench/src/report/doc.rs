@@ -64,6 +64,10 @@ pub fn tables(r: &Recorded) -> String {
         let note = note.replace('\n', " ");
         let _ = writeln!(s, "\n{}", note.replacen('*', "\\*", 1));
     }
+    let replays = super::traces::markdown(&r.points);
+    if !replays.is_empty() {
+        let _ = write!(s, "\n{replays}");
+    }
     let _ = writeln!(
         s,
         "\n| finding | value | unit | target | note |\n|---|---:|---|---|---|"

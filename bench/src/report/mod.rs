@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod doc;
+pub mod traces;
 mod svg;
 mod ticks;
 
@@ -24,7 +25,8 @@ type Row = (String, BTreeMap<String, (f64, f64)>);
 /// Rows (suite/case) with each target's IOPS.
 fn rows(points: &[Point]) -> Vec<Row> {
     let mut out: Vec<Row> = Vec::new();
-    for p in points {
+    // Trace replays have a table of their own (`traces`): latency, not IOPS.
+    for p in points.iter().filter(|p| p.trace.is_none()) {
         let key = format!("{}/{}", p.suite, p.case);
         let pos = match out.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
@@ -55,12 +57,14 @@ pub fn summary(r: &BenchReport) -> String {
         gib(r.reserve),
         r.wall_secs
     );
-    let _ = writeln!(
-        s,
-        "{:<34} {:>11} {:>11} {:>11} {:>9} {:>9}",
-        "case (IOPS)", "hybrid", "pure-ssd", "pure-hdd", "hyb/ssd", "hyb/hdd"
-    );
     let table = case_rows(&r.points);
+    if !table.is_empty() {
+        let _ = writeln!(
+            s,
+            "{:<34} {:>11} {:>11} {:>11} {:>9} {:>9}",
+            "case (IOPS)", "hybrid", "pure-ssd", "pure-hdd", "hyb/ssd", "hyb/hdd"
+        );
+    }
     for c in &table {
         let _ = writeln!(
             s,
@@ -76,6 +80,7 @@ pub fn summary(r: &BenchReport) -> String {
     for note in table_notes(&table, r.region) {
         let _ = writeln!(s, "{}", note.replace('\n', "\n  "));
     }
+    s.push_str(&traces::table(&r.points));
     if !r.findings.is_empty() {
         let _ = writeln!(s, "\nfindings:");
         for f in &r.findings {
