@@ -274,10 +274,10 @@ fn admissions_left_for_later_while_the_budget_is_spent_come_up_on_a_later_miss()
     use std::time::Duration;
     let (bed, vol, mut model) = admitting_bed();
     hdd_extent(&vol, &mut model, 0, 0, &pattern(60, EXTENT as usize));
-    vol.set_admission_share(0.0);
+    vol.ledger().set_shares(Some(0.0), 1.0);
     // Spend the burst the bucket starts with.
-    assert!(vol.admission_may_spend());
-    vol.admission_spent(Duration::from_secs(1));
+    assert!(vol.ledger().may_admit());
+    vol.ledger().admitted(Duration::from_secs(1));
     let mut buf = vec![0u8; 4096];
     vol.read(0, &mut buf).expect("read");
     let done = admit_pending(&vol).expect("admit");

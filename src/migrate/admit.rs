@@ -41,7 +41,7 @@ pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
             done.skipped += 1;
             continue;
         }
-        if !vol.admission_may_spend() {
+        if !vol.ledger().may_admit() {
             // The HDD's users need it: the next miss notes it again.
             done.paced += 1;
             crate::volume::Stats::add(&vol.stats().admissions_paced, 1);
@@ -49,7 +49,7 @@ pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
         }
         let t0 = vol.clock().io_now();
         let r = admit_one(vol, extent, &mut done);
-        vol.admission_spent(vol.clock().io_now().saturating_sub(t0));
+        vol.ledger().admitted(vol.clock().io_now().saturating_sub(t0));
         r?;
     }
     Ok(done)

@@ -367,8 +367,8 @@ impl Migrator {
         let cfg = self.config();
         let vol = &self.vol;
         vol.set_admission(cfg.admission);
-        vol.set_admission_share(cfg.admission_share);
-        vol.set_placement_share(cfg.promote_share);
+        vol.ledger()
+            .set_shares(cfg.admission.then_some(cfg.admission_share), cfg.promote_share);
         // What admission left waiting (no admitting thread, or a burst).
         if cfg.admission && !self.paused() {
             if let Err(e) = super::admit::admit_pending(vol) {
@@ -431,10 +431,13 @@ impl Migrator {
             }
             return report;
         }
+        // Reads place their data themselves while admission keeps copies
+        // (a cache's rule); on a full HDD heat decides.
+        let admitting = cfg.admission && vol.admission_keeps_copies();
         let input = PlanInput {
             // The extents that can move: what the SSD holds, what was
             // touched, what is pinned, and, with prefetch, the busy zones.
-            candidates: candidates(vol, &self.heat, (!cfg.admission).then_some(&cfg.policy)),
+            candidates: candidates(vol, &self.heat, (!admitting).then_some(&cfg.policy)),
             // The write log's segments are not free: random writes can fill
             // them faster than the HDD drains them (a minute or more for a
             // reserve's worth of scattered 4 KiB blocks), and the reserve
@@ -448,7 +451,7 @@ impl Migrator {
             // A promotion keeps its HDD copy while the HDD has more free
             // slots than the reserve (see `Volume::migrate_batch`).
             shadows: vol.shadows_enabled() && hdd_free > 2 * spare,
-            admission: cfg.admission,
+            admission: admitting,
         };
         let moves = plan(&cfg.policy, &input);
         report.planned = moves.len();
@@ -517,9 +520,9 @@ impl Migrator {
             }
             if budgeted {
                 let allow = Allowance::new(
-                    vol.placement_budget(),
+                    vol.ledger().placement_budget(),
                     self.move_cost.load(Ordering::Relaxed) as f64 / 1e9,
-                    vol.hdd_service_time().as_secs_f64(),
+                    vol.ledger().hdd_service_time().as_secs_f64(),
                 );
                 let go = super::pay::select(vol, &self.heat, &moves[k..k + n], allow);
                 let left = n - go.len();
@@ -590,7 +593,7 @@ impl Migrator {
                     .io_now()
                     .saturating_sub(t0)
                     .saturating_sub(waited);
-                vol.placement_spent(took);
+                vol.ledger().placement_spent(took);
                 let moved = result.as_ref().map_or(0, |o| {
                     o.iter()
                         .filter(|(_, o)| matches!(o, MoveOutcome::Moved(_)))
@@ -703,7 +706,9 @@ impl Migrator {
                 self.vol.take_admissions();
                 continue;
             }
-            self.vol.set_admission_share(cfg.admission_share);
+            self.vol
+                .ledger()
+                .set_shares(cfg.admission.then_some(cfg.admission_share), cfg.promote_share);
             match catch_unwind(AssertUnwindSafe(|| super::admit::admit_pending(&self.vol))) {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {

@@ -44,7 +44,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::budget::{HddBudget, ADMISSION_BURST};
 use super::geometry::Tier;
 use super::stats::Stats;
 use super::{Volume, VolumeResult};
@@ -55,6 +54,9 @@ const FREQ_MAX: u8 = 3;
 const IN_SMALL: u8 = 1 << 2;
 const IN_MAIN: u8 = 1 << 3;
 const PENDING: u8 = 1 << 4;
+/// On the SSD by an admission: its reads are the admissions' savings in
+/// the ledger.
+const ADMITTED: u8 = 1 << 5;
 const FREQ_MASK: u8 = 0b11;
 /// Missed extents waiting for their copy, at most (each is one extent's
 /// read and write when its turn comes; more would only queue behind them).
@@ -64,7 +66,6 @@ const VICTIM_SCAN: usize = 256;
 
 /// The order and the candidates; one per volume.
 pub(crate) struct Admission {
-    budget: Mutex<HddBudget>,
     /// Per extent: read count (bits 0-1), queue membership, pending. Made
     /// the first time admission is turned on: a volume that never admits
     /// does not pay a byte per extent for it.
@@ -123,7 +124,6 @@ pub enum Class {
 impl Admission {
     pub(crate) fn new(extents: u64) -> Self {
         Admission {
-            budget: Mutex::new(HddBudget::new(1.0, ADMISSION_BURST, ADMISSION_BURST)),
             state: std::sync::OnceLock::new(),
             extents,
             q: Mutex::new(Queues::default()),
@@ -145,9 +145,18 @@ impl Admission {
         }
     }
 
-    /// A read served from the SSD: one more read for the clock.
-    pub(crate) fn hit(&self, extent: u64) {
-        self.update(extent, |v| if v & FREQ_MASK < FREQ_MAX { v + 1 } else { v });
+    /// A read served from the SSD: one more read for the clock; whether
+    /// the extent came up by an admission.
+    pub(crate) fn hit(&self, extent: u64) -> bool {
+        let Some(s) = self.get(extent) else {
+            return false;
+        };
+        let v = s
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(if v & FREQ_MASK < FREQ_MAX { v + 1 } else { v })
+            })
+            .unwrap_or(0);
+        v & ADMITTED != 0
     }
 
     /// `extent` arrived on the SSD: into the small FIFO unless queued.
@@ -220,30 +229,6 @@ impl Volume {
         }
     }
 
-    /// Set the share of a busy HDD's time admissions may take (0 to 1; 1:
-    /// no limit).
-    pub fn set_admission_share(&self, share: f64) {
-        self.admission.budget.lock().share = share.clamp(0.0, 1.0);
-        self.savings.for_admission(share < 1.0);
-    }
-
-    /// Whether an admission may use the HDD now (see `super::budget`):
-    /// the bucket is filled for the time since it last was, and it must
-    /// not be empty.
-    pub fn admission_may_spend(&self) -> bool {
-        let (now, busy) = (self.clock.now(), self.hdd_foreground_busy());
-        self.admission
-            .budget
-            .lock()
-            .refill(now, busy, self.hdd_time_saved())
-            > 0.0
-    }
-
-    /// An admission took `d` of device time.
-    pub fn admission_spent(&self, d: std::time::Duration) {
-        self.admission.budget.lock().spend(d.as_secs_f64());
-    }
-
     /// SSD extents the admission order may fill: the SSD less the reserve.
     fn admission_room(&self) -> usize {
         self.geo
@@ -275,9 +260,12 @@ impl Volume {
         })
     }
 
-    /// A read of `extent` was served from the SSD.
+    /// A read of `extent` was served from the SSD: if an admission brought
+    /// it up, one HDD request saved for the admissions' account.
     pub(crate) fn note_hit(&self, extent: u64) {
-        self.admission.hit(extent);
+        if self.admission.hit(extent) {
+            self.ledger.admitted_hit();
+        }
     }
 
     /// A request to `extent` missed flash (its data is on the HDD): note it
@@ -300,12 +288,27 @@ impl Volume {
         if s.load(Ordering::Relaxed) & PENDING != 0 {
             return;
         }
-        // A miss whose victim would not leave for free (the HDD has no room
-        // to keep an admitted extent's copy) is admitted only on shown
-        // reuse, as a scan's is.
-        if kind == Miss::Sequential || !self.admission_keeps_copies() {
+        // While admitting at once does not pay for its copies (the
+        // ledger), a miss is admitted only on shown reuse, as a scan's is.
+        // Admission is a cache's rule: while the HDD keeps an admitted
+        // extent's copy, so that it leaves again by a mapping change. On a
+        // full HDD every admission would swap with a victim written down:
+        // there the migrator's heat decides alone.
+        if !self.admission_keeps_copies() {
+            return;
+        }
+        let first = kind == Miss::Random && self.ledger.admit_at_first_miss();
+        if !first {
             let mut q = self.admission.q.lock();
-            if !q.ghost_seq.contains_key(&extent) {
+            let seen = q.ghost_seq.contains_key(&extent);
+            if kind == Miss::Random {
+                if seen {
+                    self.ledger.ghost_hit();
+                } else {
+                    self.ledger.ghost_remembered();
+                }
+            }
+            if !seen {
                 Admission::remember(&mut q, extent, self.admission_room());
                 Stats::add(&self.stats.admissions_scanned, 1);
                 return;
@@ -372,9 +375,11 @@ impl Volume {
         }
     }
 
-    /// An admission of `extent` committed: queue it as `class` says.
+    /// An admission of `extent` committed: queue it as `class` says; its
+    /// reads from now on count for the admissions in the ledger.
     pub fn admitted(&self, extent: u64, class: Class) {
         self.admission.arrived(extent, class);
+        self.admission.update(extent, |v| v | ADMITTED);
         Stats::add(&self.stats.admissions, 1);
     }
 

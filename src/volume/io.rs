@@ -210,7 +210,7 @@ impl Volume {
         }
         self.heat.record(offset, len, hint);
         if tier == Tier::Ssd {
-            self.ssd_foreground_read();
+            self.ledger.ssd_read();
         }
         if tier == Tier::Ssd && self.admission_enabled() {
             self.note_hit(p.extent);
@@ -262,7 +262,7 @@ impl Volume {
             let t = m.loc.tier.index();
             hits[t] += 1;
             if m.loc.tier == Tier::Ssd {
-                self.ssd_foreground_read();
+                self.ledger.ssd_read();
                 if hits_on {
                     self.note_hit(p.extent);
                 }

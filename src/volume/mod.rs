@@ -8,7 +8,7 @@
 
 mod admit;
 mod alloc;
-mod budget;
+mod ledger;
 mod error;
 mod extent;
 mod geometry;
@@ -27,6 +27,7 @@ mod superblock;
 mod write;
 
 pub use admit::{Class as AdmitClass, Eviction, Miss};
+pub use ledger::{Ledger, LedgerStatus};
 pub use error::{VolumeError, VolumeResult};
 pub use io::AllocRun;
 pub use log::LogUsage;
@@ -198,13 +199,8 @@ pub struct Volume {
     hdd_latency: io::Latency,
     /// When the HDD last served foreground I/O (ns on the volume's clock).
     hdd_fg_at: std::sync::atomic::AtomicU64,
-    /// Time the HDD spent on foreground I/O, overlapping requests counted
-    /// once, and how many requests it served (see `budget`).
-    hdd_fg_time: Mutex<budget::BusyTime>,
-    /// HDD time the SSD saved foreground reads (see `budget`).
-    savings: budget::Savings,
-    /// HDD time the migrator's promotions may spend (see `budget`).
-    placement: Mutex<budget::HddBudget>,
+    /// The ledger of HDD time: what placement spends, what flash saves.
+    ledger: ledger::Ledger,
     /// When a foreground write last took a slot for new data (volume
     /// clock, ns; `u64::MAX`: never).
     new_data_at: std::sync::atomic::AtomicU64,
@@ -306,18 +302,14 @@ impl Volume {
 
     /// Note foreground I/O on the HDD that began at `t0` and ended now:
     /// [`Volume::hdd_foreground_now`], and its time counted as the HDD's
-    /// users' (for [`Volume::hdd_foreground_busy`], while a budget uses
-    /// it: `budget`). `t0` is on [`crate::clock::Clock::io_now`]'s scale.
+    /// users' in the ledger (while it counts). `t0` is on
+    /// [`crate::clock::Clock::io_now`]'s scale.
     pub(crate) fn hdd_foreground_done(&self, t0: std::time::Duration) {
         if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
             let now = self.clock.now();
             self.hdd_fg_at
                 .store(now.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-            if self.budget_on() {
-                let mut t = self.hdd_fg_time.lock();
-                t.add(t0, self.clock.io_now());
-                self.savings.set_mean(t.mean());
-            }
+            self.ledger.hdd_foreground(t0, self.clock.io_now());
         }
     }
 
@@ -343,10 +335,10 @@ impl Volume {
         }
     }
 
-    /// Time the HDD has spent on foreground I/O while a budget used it
-    /// (see `budget`), overlapping requests counted once.
-    pub fn hdd_foreground_busy(&self) -> std::time::Duration {
-        self.hdd_fg_time.lock().busy
+    /// The ledger of HDD time (see `ledger`): what admissions and the
+    /// migrator may spend, and what flash has saved.
+    pub fn ledger(&self) -> &ledger::Ledger {
+        &self.ledger
     }
 
     /// Smoothed latency of foreground HDD reads (on the volume's clock),

@@ -341,6 +341,10 @@ impl Volume {
         if let Some(raw) = store.get(HEAT_KEY)? {
             heat.restore(&raw);
         }
+        let ledger = super::ledger::Ledger::new(
+            opts.clock.clone(),
+            u64::from(geo.ssd_slots.saturating_sub(geo.reserve_extents)),
+        );
         Ok(Volume {
             geo,
             id,
@@ -374,13 +378,7 @@ impl Volume {
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
             hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
-            hdd_fg_time: Mutex::new(super::budget::BusyTime::default()),
-            savings: super::budget::Savings::default(),
-            placement: Mutex::new(super::budget::HddBudget::new(
-                1.0,
-                super::budget::PLACEMENT_IDLE_BURST,
-                super::budget::PLACEMENT_BURST,
-            )),
+            ledger,
             new_data_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             // Off until the migrator's `migrate.admission` turns it on.
             admission: super::admit::Admission::new(logical),
