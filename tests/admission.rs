@@ -122,7 +122,12 @@ fn on_a_full_hdd_admission_stands_aside_for_heat() {
     let (bed, vol, mut model) = admitting_bed();
     let n = vol.geometry().logical_extents();
     for e in 0..n {
-        put(&vol, &mut model, e * EXTENT, &pattern(300 + e, EXTENT as usize));
+        put(
+            &vol,
+            &mut model,
+            e * EXTENT,
+            &pattern(300 + e, EXTENT as usize),
+        );
     }
     vol.flush().expect("flush");
     assert!(!vol.admission_keeps_copies());
@@ -275,5 +280,62 @@ fn admissions_left_for_later_while_the_budget_is_spent_come_up_on_a_later_miss()
     assert_eq!(done.moved, 1, "{done:?}");
     assert_eq!(tier_of(&vol, 0), Some(Tier::Ssd));
     assert_reads(&vol, &model, "after a paced admission");
+    assert_accounting(&vol, SLOTS);
+}
+
+#[test]
+fn while_the_data_fits_the_hdd_the_reserve_is_covered_by_cleaning_not_emptied() {
+    // 8 SSD slots (2 reserved) + 16 HDD: six extents of data, all fitting
+    // the HDD with room to spare. Admissions fill the SSD, reserve and
+    // all; then writes make their copies stale, and the migrator covers
+    // the reserve again by cleaning them where they are (the stale blocks
+    // written into their copies), not by moving them out.
+    let (bed, vol, mut model) = admitting_bed();
+    for e in 0..6u64 {
+        hdd_extent(&vol, &mut model, e, 0, &pattern(400 + e, EXTENT as usize));
+    }
+    assert!(vol.admission_keeps_copies());
+    let mut buf = vec![0u8; 4096];
+    for e in 0..6u64 {
+        vol.read(e * EXTENT, &mut buf).expect("read");
+        admit_pending(&vol).expect("admit");
+    }
+    let on_ssd = |vol: &tierd::volume::Volume| {
+        (0..6u64)
+            .filter(|e| tier_of(vol, *e) == Some(Tier::Ssd))
+            .count()
+    };
+    assert_eq!(on_ssd(&vol), 6, "admissions may fill the reserve");
+    assert_eq!(vol.usage().clean_extents, 6);
+    for e in 0..6u64 {
+        put(&vol, &mut model, e * EXTENT + 8192, &pattern(500 + e, 4096));
+    }
+    assert_eq!(
+        vol.usage().clean_extents,
+        0,
+        "written: the copies are stale"
+    );
+    let cfg = tierd::migrate::MigrateConfig {
+        bandwidth: tierd::units::ByteSize(0),
+        ..tierd::migrate::MigrateConfig::default()
+    };
+    assert!(cfg.admission, "admission is on by default");
+    let m = tierd::migrate::Migrator::new(vol.clone(), vol.heat(), cfg);
+    for _ in 0..5 {
+        bed.round(&m, 2);
+    }
+    let u = vol.usage();
+    assert_eq!(on_ssd(&vol), 6, "nothing was moved out: {u:?}");
+    assert!(
+        u64::from(u.free[0]) + u.clean_extents >= 2,
+        "the reserve is covered: {u:?}"
+    );
+    assert_reads(&vol, &model, "covered");
+    vol.flush().expect("flush");
+    assert_accounting(&vol, SLOTS);
+    drop(vol);
+    bed.power_cut();
+    let vol = bed.open();
+    assert_reads(&vol, &model, "after a power cut");
     assert_accounting(&vol, SLOTS);
 }

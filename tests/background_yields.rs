@@ -34,6 +34,9 @@ fn a_reserve_refill_waits_while_users_read_the_hdd() {
         tierd::migrate::MigrateConfig {
             bandwidth: tierd::units::ByteSize(0),
             reserve_horizon: Duration::ZERO,
+            // The heat migrator's refill (with admission, this bed's
+            // reserve would be covered by cleaning: tests/admission.rs).
+            admission: false,
             ..tierd::migrate::MigrateConfig::default()
         },
     );

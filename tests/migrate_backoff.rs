@@ -116,6 +116,8 @@ impl Rig {
             bandwidth: tierd::units::ByteSize(0),
             busy_latency: Duration::from_millis(100),
             max_backoff: Duration::from_millis(500),
+            // The heat migrator's back-off (admission off).
+            admission: false,
             ..MigrateConfig::default()
         };
         let mig = Migrator::new(vol.clone(), vol.heat(), cfg);

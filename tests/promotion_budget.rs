@@ -19,6 +19,8 @@ fn migrator(vol: &std::sync::Arc<Volume>, share: f64) -> Migrator {
     let mut cfg = MigrateConfig {
         bandwidth: tierd::units::ByteSize(0),
         promote_share: share,
+        // The heat migrator's promotions, which the budget paces.
+        admission: false,
         ..MigrateConfig::default()
     };
     // Promotions only: no neighbourhood prefetch.

@@ -424,6 +424,14 @@ pub struct ReserveStatus {
     pub target_bytes: u64,
     /// SSD bytes free now.
     pub ssd_free_bytes: u64,
+    /// What covers the reserve now: free SSD bytes, and SSD extents whose
+    /// HDD copy is clean (each leaves by a mapping change the moment a
+    /// write needs its slot). While the volume's data fits the HDD with
+    /// room to spare, admitted data may fill the reserve so long as clean
+    /// copies cover it (docs/tiering.md); on a fuller volume the reserve is
+    /// kept free.
+    #[serde(default)]
+    pub covered_bytes: u64,
 }
 
 /// Migration part of [`Status`].

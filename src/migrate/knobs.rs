@@ -17,10 +17,14 @@ use crate::units::{ByteSize, InvalidKey};
 pub struct MigrateConfig {
     /// Run the background migrator at all.
     pub enabled: bool,
-    /// Admission at the miss: a read that misses flash brings its extent
-    /// up right after it is answered (`migrate::admit`). The background
-    /// policy then makes no read-driven promotions of its own (hot, near)
-    /// and keeps the reserve, write-back, pre-cleaning and pins.
+    /// Admission at the miss: while the volume's data fits the HDD with
+    /// room to spare (every SSD extent can keep a clean HDD copy), a read
+    /// that misses flash brings its extent up right after it is answered
+    /// (`migrate::admit`), at once while such copies pay for themselves in
+    /// HDD time and on shown reuse otherwise (the volume's ledger). The
+    /// background policy then makes no read-driven promotions of its own
+    /// (hot, near) and keeps the reserve, write-back, cleaning and pins; on
+    /// a fuller volume admission stands aside and heat decides.
     pub admission: bool,
     /// The share of a busy HDD's time admissions may take (0 to 1): they
     /// take all the time the HDD has no user and at most this share of
@@ -78,7 +82,7 @@ impl Default for MigrateConfig {
     fn default() -> Self {
         MigrateConfig {
             enabled: true,
-            admission: false,
+            admission: true,
             admission_share: 0.05,
             promote_share: 1.0,
             interval: Duration::from_secs(1),

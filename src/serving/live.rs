@@ -570,6 +570,7 @@ impl Live {
                 format_bytes: u64::from(geo.reserve_extents) * es,
                 target_bytes: self.migrator.reserve_extents() * es,
                 ssd_free_bytes: u64::from(usage.free[0]) * es,
+                covered_bytes: (u64::from(usage.free[0]) + usage.clean_extents) * es,
             },
             hit_ratio,
             read_unmapped: Stats::get(&s.read_unmapped),
@@ -675,6 +676,7 @@ mod tests {
             shadows,
             shadow_clean_blocks: 0,
             shadow_stale_blocks: 0,
+            clean_extents: 0,
         }
     }
 

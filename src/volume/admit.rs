@@ -384,14 +384,21 @@ impl Volume {
     }
 
     /// Whether admitted extents keep their HDD slot as a clean copy: the
-    /// HDD has room to spare (more free slots than twice the reserve). Then
-    /// an admitted extent leaves again by a mapping change, the SSD serves
-    /// like a cache, and admissions may fill the reserve too: clean
-    /// extents cover it, the write path takes them back the moment writes
-    /// need the room.
+    /// volume's data fits the HDD with room to spare (its mapped extents
+    /// and twice the reserve within the HDD's slots: a fill below about
+    /// HDD / (SSD + HDD)), and the HDD has that room free now. Then every
+    /// SSD extent can have a copy, an admitted extent leaves again by a
+    /// mapping change, the SSD serves like a cache, and admissions may
+    /// fill the reserve too: clean extents cover it, the write path takes
+    /// them back the moment writes need the room. Judged by the data the
+    /// volume holds, not by the free slots alone, which swaps in flight on
+    /// a full volume open and close.
     pub fn admission_keeps_copies(&self) -> bool {
+        let spare = 2 * u64::from(self.geo.reserve_extents.max(1));
+        let mapped: u64 = self.map.counts().mapped.iter().sum();
         self.shadows_enabled()
-            && self.alloc.free_count(Tier::Hdd) > 2 * self.geo.reserve_extents.max(1)
+            && mapped + spare <= u64::from(self.geo.hdd_slots)
+            && u64::from(self.alloc.free_count(Tier::Hdd)) > spare
     }
 
     /// Whether the SSD has a free slot for an admission (flushing first when

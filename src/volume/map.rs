@@ -60,6 +60,7 @@ struct Counts {
     shadows: AtomicI64,
     shadow_clean: AtomicI64,
     shadow_stale: AtomicI64,
+    clean_extents: AtomicI64,
 }
 
 /// What one mapping adds to [`Counts`].
@@ -70,6 +71,9 @@ struct Tally {
     shadows: i64,
     shadow_clean: i64,
     shadow_stale: i64,
+    /// An SSD extent whose shadow holds every written block: it leaves by
+    /// a mapping change.
+    clean_extents: i64,
 }
 
 impl Tally {
@@ -88,6 +92,7 @@ impl Tally {
                 .count() as i64;
             t.shadow_stale = stale;
             t.shadow_clean = written - stale;
+            t.clean_extents = i64::from(stale == 0);
         }
         t
     }
@@ -101,6 +106,8 @@ pub(crate) struct MapCounts {
     pub(crate) shadows: u64,
     pub(crate) shadow_clean: u64,
     pub(crate) shadow_stale: u64,
+    /// SSD extents whose shadow is clean.
+    pub(crate) clean_extents: u64,
 }
 
 /// The extent map of a volume.
@@ -232,6 +239,7 @@ impl ExtentMap {
             shadows: get(&self.counts.shadows),
             shadow_clean: get(&self.counts.shadow_clean),
             shadow_stale: get(&self.counts.shadow_stale),
+            clean_extents: get(&self.counts.clean_extents),
         }
     }
 
@@ -276,6 +284,7 @@ impl ExtentMap {
         d(&c.shadows, o.shadows, n.shadows);
         d(&c.shadow_clean, o.shadow_clean, n.shadow_clean);
         d(&c.shadow_stale, o.shadow_stale, n.shadow_stale);
+        d(&c.clean_extents, o.clean_extents, n.clean_extents);
         if ol == nl {
             return;
         }

@@ -8,11 +8,11 @@
 
 mod admit;
 mod alloc;
-mod ledger;
 mod error;
 mod extent;
 mod geometry;
 mod io;
+mod ledger;
 mod lock;
 mod log;
 mod map;
@@ -27,9 +27,9 @@ mod superblock;
 mod write;
 
 pub use admit::{Class as AdmitClass, Eviction, Miss};
-pub use ledger::{Ledger, LedgerStatus};
 pub use error::{VolumeError, VolumeResult};
 pub use io::AllocRun;
+pub use ledger::{Ledger, LedgerStatus};
 pub use log::LogUsage;
 pub use moves::{Goal, MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
 pub use open::{FormatOptions, VolumeOptions, STORE_FORMAT_VERSION};
@@ -131,6 +131,9 @@ pub struct Usage {
     /// Blocks of those copies written on the SSD since (written back when
     /// the extent is demoted).
     pub shadow_stale_blocks: u64,
+    /// SSD extents whose HDD copy holds every written block: each leaves by
+    /// a mapping change, so with the free slots they cover the reserve.
+    pub clean_extents: u64,
 }
 
 /// An open tiered volume.
@@ -527,6 +530,7 @@ impl Volume {
             shadows: c.shadows,
             shadow_clean_blocks: c.shadow_clean,
             shadow_stale_blocks: c.shadow_stale,
+            clean_extents: c.clean_extents,
             capacity: self.size(),
             mapped: c.mapped,
             free: [

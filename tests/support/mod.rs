@@ -78,9 +78,13 @@ impl Bed {
         self.store.power_cut();
     }
 
+    /// The heat migrator (admission off: these beds' data fits the HDD,
+    /// where admission at the miss would place reads and cover the reserve
+    /// by cleaning; tests/admission.rs covers that).
     pub fn migrator(&self, vol: &Arc<Volume>) -> Migrator {
         let cfg = MigrateConfig {
             bandwidth: tierd::units::ByteSize(0),
+            admission: false,
             ..MigrateConfig::default()
         };
         Migrator::new(vol.clone(), vol.heat(), cfg)

@@ -136,10 +136,11 @@ pub fn print(s: &Status) {
         );
     }
     say!(
-        "reserve: target {} (set at format: {}), SSD free {}",
+        "reserve: target {} (set at format: {}), SSD free {}, covered {} (free and clean copies)",
         human(s.reserve.target_bytes),
         human(s.reserve.format_bytes),
-        human(s.reserve.ssd_free_bytes)
+        human(s.reserve.ssd_free_bytes),
+        human(s.reserve.covered_bytes)
     );
     match s.hit_ratio {
         Some(r) => say!("SSD hit ratio: {:.1} %", r * 100.0),

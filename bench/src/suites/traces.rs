@@ -137,7 +137,11 @@ impl Bench {
                 }
             }
             self.verdicts(&case, &details);
-            self.textbook(&case, &trace, bed.room);
+            let hybrid = details
+                .iter()
+                .find(|(n, _)| n == "hybrid")
+                .map(|(_, d)| d.clone());
+            self.textbook(&case, &trace, bed.room, hybrid.as_ref());
         }
         if !lat_curve.is_empty() {
             self.charts.push(Chart {
@@ -404,13 +408,20 @@ impl Bench {
 
     /// The textbook counters at the hybrid's room: read-hit shares with
     /// free admission and no device time.
-    fn textbook(&mut self, case: &str, trace: &replay::Fitted, room: u64) {
+    fn textbook(
+        &mut self,
+        case: &str,
+        trace: &replay::Fitted,
+        room: u64,
+        hybrid: Option<&TraceDetail>,
+    ) {
         let suite = "trace";
         let cfg = SimConfig {
             unit: self.extent_size,
             capacity_units: room.max(1),
         };
         let accesses = trace.accesses();
+        let mut shares: Vec<(PolicyKind, f64)> = Vec::new();
         for kind in PolicyKind::ALL {
             let r = simulate(kind, &cfg, &accesses);
             self.finding(
@@ -425,7 +436,42 @@ impl Bench {
                     r.ssd_write_bytes >> 20
                 ),
             );
+            shares.push((kind, r.read_hit_share()));
         }
+        // The hybrid beside them, as counts: clues, not verdicts.
+        let Some(h) = hybrid else { return };
+        let of = |k: PolicyKind| shares.iter().find(|(p, _)| *p == k).map_or(0.0, |x| x.1);
+        let optimal = of(PolicyKind::Optimal);
+        let best = [PolicyKind::Lru, PolicyKind::Arc, PolicyKind::Smq]
+            .into_iter()
+            .map(of)
+            .fold(0.0, f64::max);
+        self.finding(
+            suite,
+            &format!("{case}/hybrid-vs-optimal"),
+            if optimal > 0.0 {
+                h.read_hit_share / optimal
+            } else {
+                0.0
+            },
+            "ratio",
+            format!("read-hit share against the offline optimum's {optimal:.3} (counts)"),
+        );
+        self.finding(
+            suite,
+            &format!("{case}/hybrid-minus-best-classic"),
+            h.read_hit_share - best,
+            "share",
+            format!("against the best of LRU, ARC and smq-like, {best:.3} (counts)"),
+        );
+        let (r, w) = trace.bytes();
+        self.finding(
+            suite,
+            &format!("{case}/hybrid-migration-per-host-byte"),
+            h.moved_bytes as f64 / (r + w).max(1) as f64,
+            "ratio",
+            format!("{} MiB moved between the tiers", h.moved_bytes >> 20),
+        );
     }
 
     /// Read-hit share against SSD size: the textbook curves, and the
