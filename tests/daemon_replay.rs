@@ -119,11 +119,7 @@ fn check_report(d: &Daemon, r: &Value, spread_by: &str) {
     assert!((fill - 0.7).abs() < 0.01, "fill {fill}");
     assert_eq!(num(r, "/prepared/footprint_on_hdd") as u64, footprint);
     let runs = placement(d, 0, filled * es);
-    let mapped: u64 = runs
-        .iter()
-        .filter(|r| r.2 != "unmapped")
-        .map(|r| r.1)
-        .sum();
+    let mapped: u64 = runs.iter().filter(|r| r.2 != "unmapped").map(|r| r.1).sum();
     assert_eq!(mapped, filled * es, "{runs:?}");
     let past = placement(d, filled * es, es);
     assert!(past.iter().all(|r| r.2 == "unmapped"), "{past:?}");
@@ -202,7 +198,10 @@ fn bad_input_is_refused_clearly_and_a_volume_with_data_is_left_alone() {
     // A footprint larger than the HDD part: names --hdd-size.
     let big = generate(dir.path(), "zipf", "1GiB", 20000);
     let err = stderr_of(replay(&d, &big, &["--force"]));
-    assert!(err.contains("--hdd-size") && err.contains("extents"), "{err}");
+    assert!(
+        err.contains("--hdd-size") && err.contains("extents"),
+        "{err}"
+    );
     // A fill out of range.
     for bad in ["0", "1.5", "nan"] {
         let err = stderr_of(replay(&d, &trace, &["--fill", bad]));
@@ -242,6 +241,10 @@ fn first_bytes(d: &Daemon, dir: &Path, n: usize) -> Vec<u8> {
 }
 
 fn stderr_of(out: Output) -> String {
-    assert!(!out.status.success(), "{}", show("expected a failure", &out));
+    assert!(
+        !out.status.success(),
+        "{}",
+        show("expected a failure", &out)
+    );
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -89,51 +89,17 @@ pub enum TraceCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Replay a trace through a running daemon over NBD, open loop on the
-    /// real clock: lay the volume out as the bench does (the trace's
-    /// touched extents packed from the first extent a fill in address
-    /// order puts on the HDD, filler around them up to --fill), wait for
-    /// the daemon to settle, send each request at its recorded time
-    /// divided by --speed, and report latency, read-hit share, HDD busy
-    /// time and bytes moved (docs/trace.md, "Replaying through the
-    /// daemon"). Writes over the whole volume: refused on a volume that
-    /// holds data unless --force.
-    Replay {
-        /// The trace (any supported format).
-        trace: PathBuf,
-        /// The daemon's NBD address (nbd://HOST[:PORT][/EXPORT] or
-        /// nbd+unix:///EXPORT?socket=PATH).
-        #[arg(long, value_name = "URL")]
-        nbd: String,
-        /// Replay this many times faster than recorded.
-        #[arg(long, value_name = "X", default_value_t = 1.0)]
-        speed: f64,
-        /// NBD connections the requests are spread over (by the trace's
-        /// own connection when it has several, else round-robin).
-        #[arg(long, value_name = "N", default_value_t = 2)]
-        connections: usize,
-        /// Share of the volume's extents holding data before the replay
-        /// (the trace's footprint among them), more than 0 and at most 1.
-        #[arg(long, value_name = "F", default_value_t = 0.7)]
-        fill: f64,
-        /// The daemon's control socket [default: $TIERD_CONTROL, else
-        /// tierd-data/control.sock or /run/tierd/control.sock].
-        #[arg(long, value_name = "SOCKET")]
-        control: Option<PathBuf>,
-        /// Overwrite a volume that holds data (it is trimmed whole, then
-        /// filled: everything on it is lost).
-        #[arg(long)]
-        force: bool,
-        /// After the replay, read the trace's extents (and some filler)
-        /// back and check every byte whose last writer is known.
-        #[arg(long)]
-        verify: bool,
-        #[command(flatten)]
-        format: FormatArg,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Replay a trace through a running daemon over NBD, open loop, and
+    /// report latency, read-hit share, HDD busy time and bytes moved.
+    ///
+    /// Lays the volume out as the bench does (the trace's touched extents
+    /// packed from the first extent a fill in address order puts on the
+    /// HDD, filler around them up to --fill), waits for the daemon to
+    /// settle, then sends each request at its recorded time divided by
+    /// --speed (docs/trace.md, "Replaying through the daemon"). Writes
+    /// over the whole volume: refused on a volume that holds data unless
+    /// --force.
+    Replay(crate::replay::Options),
 }
 
 /// Accepts a shape's name (and lists the names in help and completions).
@@ -151,7 +117,7 @@ pub struct FormatArg {
     /// The input's format: tierd, msr-csv, fio-iolog, blkparse or
     /// cloudphysics-csv (default: detected from its first bytes).
     #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
-    format: Option<Format>,
+    pub format: Option<Format>,
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
@@ -200,29 +166,7 @@ pub fn run(cmd: TraceCommand) -> anyhow::Result<()> {
             };
             generate(&opts, &output, force)
         }
-        TraceCommand::Replay {
-            trace,
-            nbd,
-            speed,
-            connections,
-            fill,
-            control,
-            force,
-            verify,
-            format,
-            json,
-        } => crate::replay::run(&crate::replay::Options {
-            trace,
-            format: format.format,
-            nbd,
-            speed,
-            connections,
-            fill,
-            control,
-            force,
-            verify,
-            json,
-        }),
+        TraceCommand::Replay(o) => crate::replay::run(&o),
     }
 }
 

@@ -27,6 +27,8 @@ use parking_lot::Mutex;
 use tierd::nbd::client::Target;
 use tierd::nbd::proto;
 use tierd::trace::import::{self, Format};
+
+use crate::trace_cmd::FormatArg;
 use tierd::trace::{Op, Record};
 use tierd::units::human_bytes;
 use tierd::volume::Tier;
@@ -38,27 +40,42 @@ use progress::{Progress, Unit};
 use report::{Counters, Measured, Report};
 use send::{Req, Timing};
 
-/// What `tierd trace replay` was asked.
+/// What `tierd trace replay` was asked (its flags).
+#[derive(clap::Args)]
 pub struct Options {
-    /// The trace.
+    /// The trace (any supported format).
     pub trace: PathBuf,
-    /// Its format (`None`: detected).
-    pub format: Option<Format>,
-    /// The daemon's NBD address.
+    /// The daemon's NBD address (nbd://HOST[:PORT][/EXPORT] or
+    /// nbd+unix:///EXPORT?socket=PATH).
+    #[arg(long, value_name = "URL")]
     pub nbd: String,
-    /// Times faster than recorded.
+    /// Replay this many times faster than recorded.
+    #[arg(long, value_name = "X", default_value_t = 1.0)]
     pub speed: f64,
-    /// Connections.
+    /// NBD connections the requests are spread over (by the trace's own
+    /// connection when it has several, else round-robin).
+    #[arg(long, value_name = "N", default_value_t = 2)]
     pub connections: usize,
-    /// Share of the volume holding data before the run.
+    /// Share of the volume's extents holding data before the replay (the
+    /// trace's footprint among them), more than 0 and at most 1.
+    #[arg(long, value_name = "F", default_value_t = 0.7)]
     pub fill: f64,
-    /// The daemon's control socket.
+    /// The daemon's control socket [default: $TIERD_CONTROL, else
+    /// tierd-data/control.sock or /run/tierd/control.sock].
+    #[arg(long, value_name = "SOCKET")]
     pub control: Option<PathBuf>,
-    /// Overwrite a volume that holds data.
+    /// Overwrite a volume that holds data (it is trimmed whole, then
+    /// filled: everything on it is lost).
+    #[arg(long)]
     pub force: bool,
-    /// Read the footprint back and check it afterwards.
+    /// After the replay, read the trace's extents (and some filler) back
+    /// and check every byte whose last writer is known.
+    #[arg(long)]
     pub verify: bool,
-    /// Print JSON.
+    #[command(flatten)]
+    pub format: FormatArg,
+    /// Print the report as JSON.
+    #[arg(long)]
     pub json: bool,
 }
 
@@ -126,7 +143,7 @@ fn check(o: &Options) -> anyhow::Result<()> {
 pub fn run(o: &Options) -> anyhow::Result<()> {
     check(o)?;
     let target = Target::parse(&o.nbd).context("--nbd")?;
-    let loaded = load(&o.trace, o.format)?;
+    let loaded = load(&o.trace, o.format.format)?;
     let (probe, export) = nbd::connect(&target)?;
     probe.close();
     let ctl = control::Control::find(o.control.clone())?;

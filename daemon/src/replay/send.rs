@@ -124,12 +124,11 @@ pub fn replay(
         let progress = s.spawn(|| {
             while !over.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(200));
-                let (a, t) = (
-                    answered.load(Ordering::Relaxed),
-                    sent.load(Ordering::Relaxed),
-                );
-                bar.set(a);
+                let a = answered.load(Ordering::Relaxed);
+                // A reply may be counted before its send is.
+                let t = sent.load(Ordering::Relaxed).max(a);
                 bar.message(format!("{t} sent, {} in flight", t.saturating_sub(a)));
+                bar.set(a);
             }
         });
         for (tx, rx) in handles {
