@@ -59,11 +59,11 @@ DATA=$WORK/data
   --metrics-listen "" $TIERD_ARGS >"$WORK/tierd.log" 2>&1 &
 pid=$!
 for _ in $(seq 300); do
-  grep -q "serving NBD over TCP" "$WORK/tierd.log" && break
+  grep -qs "serving NBD over TCP" "$WORK/tierd.log" && break
   kill -0 "$pid" 2>/dev/null || { cat "$WORK/tierd.log" >&2; exit 1; }
   sleep 0.1
 done
-grep -q "serving NBD over TCP" "$WORK/tierd.log" || { echo "daemon-trace.sh: tierd did not start" >&2; cat "$WORK/tierd.log" >&2; exit 1; }
+grep -qs "serving NBD over TCP" "$WORK/tierd.log" || { echo "daemon-trace.sh: tierd did not start" >&2; cat "$WORK/tierd.log" >&2; exit 1; }
 echo "== replaying $TRACE through the daemon ($SSD ssd-sata + $HDD hdd-5400, fill $FILL, ${SPEED}x, $CONNS connections)" >&2
 "$TIERD" trace replay "$TRACE" --nbd "nbd://127.0.0.1:$PORT" --control "$DATA/control.sock" \
   --speed "$SPEED" --fill "$FILL" --connections "$CONNS" --json >"$KEEP/daemon.json"
@@ -84,14 +84,18 @@ jq -n --slurpfile d "$KEEP/daemon.json" --slurpfile b "$KEEP/bench.json" '
         read_mean_us, read_p50_us, read_p99_us, write_mean_us, write_p50_us,
         write_p99_us, hdd_busy_s, moved_bytes, issue_late_p50_us,
         issue_late_p99_us, write_ssd_share: .counters.write_ssd_share,
-        layout, prepared}),
+        layout, prepared}
+        # Reads and writes together, as the bench's points give them.
+        + {mean_us: ((.measured.read.mean_us * .measured.read.n
+            + .measured.write.mean_us * .measured.write.n)
+            / ([.measured.read.n + .measured.write.n, 1] | max))}),
       bench: {
         fill: ($b.options.fill // 1.0),
         read_hit_share: $f["hybrid-read-hit-share"],
         write_ssd_share: $f["hybrid-write-ssd-share"],
         moved_bytes: (($f["hybrid-migration-per-host-byte"] // 0)
           * ([$b.points[] | select(.suite == "trace" and .target == "hybrid")
-              | .block * .ops][0])),
+              | .block * .ops][0]) | floor),
         mean_us: $p.mean_us, p50_us: $p.p50_us, p99_us: $p.p99_us,
         hdd_busy_s: $f["hybrid-hdd-busy-s"],
         read_mean_us: $f["hybrid-read-mean-us"], read_p99_us: $f["hybrid-read-p99-us"],

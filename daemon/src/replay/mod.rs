@@ -177,6 +177,12 @@ pub fn run(o: &Options) -> anyhow::Result<()> {
     )?;
     let layout = Layout::new(extents, ssd_slots, fitted.extents, o.fill)
         .with_context(|| format!("the volume {target} is too small for the trace"))?;
+    if fitted.records.len() + loaded.flushes.len() >= u32::MAX as usize {
+        bail!(
+            "the trace has more than {} requests, more than the replayer numbers",
+            u32::MAX - 1
+        );
+    }
     let (reqs, spread_by) = schedule(&fitted.records, &loaded.flushes, o.speed, o.connections);
     check_ops(&reqs, &export)?;
     fill::refuse_data(&target, &status, &layout, o.force)?;
@@ -234,6 +240,7 @@ pub fn run(o: &Options) -> anyhow::Result<()> {
         issue_late_p50_us: measured.issue_late.p50_us,
         issue_late_p99_us: measured.issue_late.p99_us,
         issue_late_max_us: measured.issue_late.max_us,
+        socket_wait_p99_us: measured.socket_wait.p99_us,
         read_hit_share: counters.read_hit_share,
         hdd_busy_s: counters.hdd_busy_s,
         moved_bytes: counters.promoted_bytes + counters.demoted_bytes,

@@ -1,6 +1,7 @@
 //! What a replay reports, in the bench's terms: read and write latency
-//! (mean, p50, p99, from the moment each request was sent to its reply),
-//! how late the replayer sent requests against their schedule, and from
+//! (mean, p50, p99, from the moment each request was due to its reply,
+//! less the replayer's own lateness), how late the replayer sent requests
+//! and how long they waited for the daemon's socket, and from
 //! the daemon's counters before and after: the SSD's share of read bytes,
 //! the HDD's busy seconds, the bytes migration moved. As JSON (`--json`)
 //! or as text.
@@ -58,8 +59,9 @@ pub struct Counters {
     pub hdd_busy_s: f64,
     /// SSD busy seconds.
     pub ssd_busy_s: f64,
-    /// `model` (the modelled drive's own work, `--hdd-model`) or `device`
-    /// (time with an operation in flight).
+    /// What the HDD's seconds are: `model` (the modelled drive's own
+    /// work, `--hdd-model`) or `device` (time with an operation in
+    /// flight); the SSD's are its model's too when it has one.
     pub busy_source: &'static str,
     /// Bytes copied to the SSD.
     pub promoted_bytes: u64,
@@ -82,12 +84,12 @@ impl Counters {
             let get = |s: &Status| tier(s, t).map_or(0, f);
             get(after).saturating_sub(get(before))
         };
+        // A tier on a model counts the modelled drive's work, else the
+        // time it had an operation in flight.
         let model = |s: &Status, t: Tier| tier(s, t).and_then(|x| x.model_busy_secs);
-        let on_model = Tier::ALL
-            .iter()
-            .all(|&t| model(before, t).is_some() && model(after, t).is_some());
+        let on_model = |t: Tier| model(before, t).is_some() && model(after, t).is_some();
         let busy = |t: Tier| {
-            let get = |s: &Status| match on_model {
+            let get = |s: &Status| match on_model(t) {
                 true => model(s, t).unwrap_or(0.0),
                 false => tier(s, t).map_or(0.0, |x| x.busy_secs),
             };
@@ -105,7 +107,11 @@ impl Counters {
             ),
             hdd_busy_s: busy(Tier::Hdd),
             ssd_busy_s: busy(Tier::Ssd),
-            busy_source: if on_model { "model" } else { "device" },
+            busy_source: if on_model(Tier::Hdd) {
+                "model"
+            } else {
+                "device"
+            },
             promoted_bytes: m1.promoted_bytes.saturating_sub(m0.promoted_bytes),
             demoted_bytes: m1.demoted_bytes.saturating_sub(m0.demoted_bytes),
         }
@@ -138,14 +144,19 @@ pub struct Counts {
 pub struct Measured {
     /// Requests.
     pub counts: Counts,
-    /// Reads, from send to reply.
+    /// Reads, from when each was due (plus the replayer's own lateness)
+    /// to its reply.
     pub read: Spread,
-    /// Writes, from send to reply.
+    /// Writes, likewise.
     pub write: Spread,
-    /// Trims, write-zeroes and flushes, from send to reply.
+    /// Trims, write-zeroes and flushes, likewise.
     pub other: Spread,
-    /// How late each request was sent against its schedule.
+    /// How late the replayer itself began sending each request.
     pub issue_late: Spread,
+    /// How long each request waited for the daemon's socket to take it
+    /// (the daemon not reading while it has its most in flight; part of
+    /// the latency).
+    pub socket_wait: Spread,
     /// Seconds from the start to the last reply.
     pub elapsed_s: f64,
 }
@@ -157,8 +168,8 @@ impl Measured {
             requests: reqs.len() as u64,
             ..Counts::default()
         };
-        let (mut read, mut write, mut other, mut late) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut read, mut write, mut other) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut late, mut wait) = (Vec::new(), Vec::new());
         let mut elapsed = 0u64;
         for (i, r) in reqs.iter().enumerate() {
             match r.op {
@@ -169,8 +180,12 @@ impl Measured {
                 Op::Flush => c.flushes += 1,
             }
             let (sent, answered) = (t.sent[i], t.answered[i]);
+            // From when the request could have gone had the replayer been
+            // on time: its due time plus the replayer's own lateness.
+            let from = r.due_ns + t.late[i];
             if sent != u64::MAX {
-                late.push(sent.saturating_sub(r.due_ns));
+                late.push(t.late[i]);
+                wait.push(t.written[i].saturating_sub(from));
             }
             if answered == u64::MAX {
                 c.errors += 1;
@@ -182,7 +197,7 @@ impl Measured {
                 c.errors += 1;
                 continue;
             }
-            let lat = answered.saturating_sub(sent);
+            let lat = answered.saturating_sub(from);
             match r.op {
                 Op::Read => read.push(lat),
                 Op::Write => write.push(lat),
@@ -195,6 +210,7 @@ impl Measured {
             write: Spread::of(write),
             other: Spread::of(other),
             issue_late: Spread::of(late),
+            socket_wait: Spread::of(wait),
             elapsed_s: elapsed as f64 / 1e9,
         }
     }
@@ -248,6 +264,8 @@ pub struct Report {
     pub issue_late_p99_us: f64,
     /// Largest lateness.
     pub issue_late_max_us: f64,
+    /// 99th percentile of the wait for the daemon's socket.
+    pub socket_wait_p99_us: f64,
     /// SSD share of the bytes read.
     pub read_hit_share: Option<f64>,
     /// HDD busy seconds over the replay.
@@ -305,6 +323,7 @@ impl Report {
             line("other", spread(&m.other));
         }
         line("sent late", spread(&m.issue_late));
+        line("socket wait", spread(&m.socket_wait));
         let k = &self.counters;
         let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
         line(
@@ -377,5 +396,44 @@ mod tests {
         assert!((s.mean_us - 50.5).abs() < 1e-9);
         assert_eq!(Spread::of(Vec::new()).n, 0);
         assert_eq!(Spread::of(vec![7000]).p99_us, 7.0);
+    }
+
+    #[test]
+    fn latency_counts_the_daemons_socket_wait_but_not_the_replayers_lateness() {
+        let req = |due_ns, op| Req {
+            due_ns,
+            op,
+            offset: 0,
+            len: 4096,
+            fua: false,
+            slot: 0,
+        };
+        let reqs = [
+            req(0, Op::Read),
+            req(1_000, Op::Write),
+            req(2_000, Op::Read),
+        ];
+        // The first read went 100 ns late by the replayer's fault; the
+        // write waited 5,000 ns for the socket (the daemon not reading),
+        // which held the second read back too; that one failed.
+        let t = Timing {
+            sent: vec![100, 1_000, 6_000],
+            written: vec![110, 6_000, 6_010],
+            late: vec![100, 0, 0],
+            answered: vec![1_100, 9_000, 7_000],
+            errno: vec![0, 0, 5],
+            failure: None,
+        };
+        let m = Measured::of(&reqs, &t);
+        assert_eq!(m.read.n, 1);
+        assert_eq!(m.read.mean_us, 1.0, "1,100 - (0 + 100)");
+        assert_eq!(
+            m.write.mean_us, 8.0,
+            "9,000 - 1,000: the socket wait counts"
+        );
+        assert_eq!(m.issue_late.max_us, 0.1);
+        assert_eq!(m.socket_wait.max_us, 5.0);
+        assert_eq!((m.counts.answered, m.counts.errors), (3, 1));
+        assert_eq!(m.elapsed_s, 9e-6);
     }
 }

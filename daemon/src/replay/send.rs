@@ -1,13 +1,13 @@
 //! The open-loop replay: each request sent at its scheduled time whatever
 //! the ones before it are doing, over N connections, with any number in
-//! flight on each. Per connection, a sender thread sleeps until the next
-//! request is due and writes it (requests due together leave in one
-//! send), and a reader thread takes the replies in whatever order they
-//! come. Each records its own times (send, reply), joined after the run:
-//! the two never share a lock.
+//! flight on each. Per connection, a sender thread makes the next
+//! request's bytes ready, sleeps until it is due and writes it, and a
+//! reader thread takes the replies in whatever order they come. Each
+//! records its own times (send, reply), joined after the run: the two
+//! never share a lock.
 
 use std::collections::HashMap;
-use std::io::{BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -49,8 +49,15 @@ pub struct Req {
 /// What happened to every request, by index.
 #[derive(Debug, Clone)]
 pub struct Timing {
-    /// ns after the start when it was sent (`u64::MAX`: never).
+    /// ns after the start when the replayer began sending it (`u64::MAX`:
+    /// never).
     pub sent: Vec<u64>,
+    /// ns after the start when the socket had taken it all.
+    pub written: Vec<u64>,
+    /// How late the replayer itself began sending it, ns: from when it
+    /// could have gone (its due time, or the end of the send before it on
+    /// its connection, if the daemon was not reading) to when it began.
+    pub late: Vec<u64>,
     /// ns after the start when its (last) reply came (`u64::MAX`: never).
     pub answered: Vec<u64>,
     /// The server's errno (0: success).
@@ -106,6 +113,8 @@ pub fn replay(
     let start = Instant::now() + LEAD;
     let mut timing = Timing {
         sent: vec![u64::MAX; reqs.len()],
+        written: vec![u64::MAX; reqs.len()],
+        late: vec![0; reqs.len()],
         answered: vec![u64::MAX; reqs.len()],
         errno: vec![0; reqs.len()],
         failure: None,
@@ -139,7 +148,8 @@ pub fn replay(
                 .join()
                 .unwrap_or_else(|_| (Vec::new(), Some("the reader panicked".into())));
             for (i, t) in sends {
-                timing.sent[i as usize] = t;
+                let i = i as usize;
+                (timing.sent[i], timing.written[i], timing.late[i]) = (t.begin, t.end, t.late);
             }
             for (i, t, e) in replies {
                 timing.answered[i as usize] = t;
@@ -162,56 +172,74 @@ fn since(start: Instant) -> u64 {
     Instant::now().saturating_duration_since(start).as_nanos() as u64
 }
 
-/// Send `mine` at their times. Returns each one's send time, and why it
+/// When one request was sent, in ns after the start.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    /// The sender began handing it to the socket.
+    begin: u64,
+    /// The socket had taken all of it.
+    end: u64,
+    /// How late the sender itself was: from when the request could have
+    /// gone (its due time, or the end of the send before it if that ended
+    /// later) to `begin`.
+    late: u64,
+}
+
+/// Send `mine` at their times, each in one write as soon as it is due
+/// (its bytes made ready before). Returns when each was sent, and why it
 /// stopped early.
 fn send(
-    stream: Stream,
+    mut stream: Stream,
     mine: &[u32],
     reqs: &[Req],
     export: &Export,
     start: Instant,
     count: &AtomicU64,
-) -> (Vec<(u32, u64)>, Option<String>) {
+) -> (Vec<(u32, Sent)>, Option<String>) {
     let mut out = Vec::with_capacity(mine.len());
     // Wake on time: the kernel's default slack lets a sleep overrun by
     // 50 µs. Best effort: without it requests are sent a little later,
     // which the report shows.
     let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1));
-    let closer = stream.try_clone().ok();
-    let mut w = BufWriter::with_capacity(256 << 10, stream);
     let mut buf = Vec::new();
+    let mut prev_end = 0u64;
     let result = (|| -> std::io::Result<()> {
         for &i in mine {
             let r = &reqs[i as usize];
-            let due = start + Duration::from_nanos(r.due_ns);
-            let now = Instant::now();
-            if due > now {
-                // What is buffered leaves before the wait.
-                w.flush()?;
-                std::thread::sleep(due - now);
-            }
-            out.push((i, since(start)));
+            buf.clear();
             let (cmd, flags) = command(r, export);
             for (p, (offset, len)) in pieces(r, export).enumerate() {
                 let cookie = (u64::from(i) << PIECE_BITS) | p as u64;
-                w.write_all(&nbd::header(cmd, flags, cookie, offset, len))?;
+                buf.extend_from_slice(&nbd::header(cmd, flags, cookie, offset, len));
                 if cmd == proto::CMD_WRITE {
-                    buf.resize(len as usize, 0);
-                    pattern(&mut buf, offset, i + 1);
-                    w.write_all(&buf)?;
+                    let at = buf.len();
+                    buf.resize(at + len as usize, 0);
+                    pattern(&mut buf[at..], offset, i + 1);
                 }
             }
+            let due = start + Duration::from_nanos(r.due_ns);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            let begin = since(start);
+            // The daemon may stop reading its socket (it has as many
+            // requests in flight as it takes): this waits, and the wait
+            // is the daemon's, counted in the latency.
+            stream.write_all(&buf)?;
+            let end = since(start);
+            let late = begin.saturating_sub(r.due_ns.max(prev_end));
+            out.push((i, Sent { begin, end, late }));
+            prev_end = end;
             count.fetch_add(1, Ordering::Relaxed);
         }
-        w.flush()
+        Ok(())
     })();
     match result {
         Ok(()) => (out, None),
         Err(e) => {
             // Wake the reader: nothing more comes.
-            if let Some(c) = closer {
-                c.close();
-            }
+            stream.close();
             (out, Some(format!("sending a request: {e}")))
         }
     }
