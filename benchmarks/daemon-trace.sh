@@ -85,7 +85,7 @@ jq -n --slurpfile d "$KEEP/daemon.json" --slurpfile b "$KEEP/bench.json" '
         write_p99_us, hdd_busy_s, moved_bytes, issue_late_p50_us,
         issue_late_p99_us, write_ssd_share: .counters.write_ssd_share,
         layout, prepared}
-        # Reads and writes together, as the bench's points give them.
+        # Reads and writes together, as the bench points give them.
         + {mean_us: ((.measured.read.mean_us * .measured.read.n
             + .measured.write.mean_us * .measured.write.n)
             / ([.measured.read.n + .measured.write.n, 1] | max))}),

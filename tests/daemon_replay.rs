@@ -98,6 +98,7 @@ fn check_report(d: &Daemon, r: &Value, spread_by: &str) {
         "hdd_busy_s",
         "moved_bytes",
         "issue_late_p99_us",
+        "socket_wait_p99_us",
     ] {
         let x = num(r, &format!("/{k}"));
         assert!(x.is_finite() && x >= 0.0, "{k} = {x}");
@@ -145,7 +146,15 @@ fn a_generated_trace_replays_through_the_daemon_and_reads_back() {
     let out = replay(&d, &trace, &["--force", "--speed", "4"]);
     assert!(out.status.success(), "{}", show("replay --force", &out));
     let text = String::from_utf8_lossy(&out.stdout);
-    for k in ["read-hit", "busy", "moved", "sent late", "4x", "errors"] {
+    for k in [
+        "read-hit",
+        "busy",
+        "moved",
+        "sent late",
+        "socket wait",
+        "4x",
+        "errors",
+    ] {
         assert!(text.contains(k), "{k} missing from:\n{text}");
     }
     let err = String::from_utf8_lossy(&out.stderr);

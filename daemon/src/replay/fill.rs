@@ -124,10 +124,12 @@ pub fn prepare(
     ));
     flush(target).context("flushing the fill")?;
     let fill_secs = started.elapsed().as_secs_f64();
-    let migration_was_paused = paused.was_paused;
+    // Without a migrator at work nothing restores the reserve or writes
+    // the log back: wait only for what can settle.
+    let stuck = paused.was_paused || !status.migration.running;
     drop(paused);
     let s = Instant::now();
-    settle(ctl, migration_was_paused)?;
+    settle(ctl, stuck)?;
     let settle_secs = s.elapsed().as_secs_f64();
     let map = ctl.placement(layout.base * es, layout.footprint * es)?;
     let footprint_on_hdd = map
@@ -266,7 +268,7 @@ fn settle(ctl: &Control, migration_paused: bool) -> anyhow::Result<()> {
         0,
     );
     if migration_paused {
-        bar.message("migration is paused on the daemon: the reserve is not restored".into());
+        bar.message("migration is paused or off on the daemon: the reserve is not restored".into());
     }
     let start = Instant::now();
     let mut last = ctl.status()?;

@@ -96,11 +96,21 @@ impl Progress {
 
     /// What the step is waiting for or doing now.
     pub fn message(&self, msg: String) {
+        self.set_message(msg);
+        self.maybe_line();
+    }
+
+    /// `pos` units done, and what the step does now (one line for both).
+    pub fn update(&self, pos: u64, msg: String) {
+        self.set_message(msg);
+        self.set(pos);
+    }
+
+    fn set_message(&self, msg: String) {
         if let Some(b) = &self.bar {
             b.set_message(format!("{}: {msg}", self.what));
         }
         *self.msg.lock() = msg;
-        self.maybe_line();
     }
 
     /// The step is over: clear the bar and say `how` on one line.

@@ -136,8 +136,7 @@ pub fn replay(
                 let a = answered.load(Ordering::Relaxed);
                 // A reply may be counted before its send is.
                 let t = sent.load(Ordering::Relaxed).max(a);
-                bar.message(format!("{t} sent, {} in flight", t.saturating_sub(a)));
-                bar.set(a);
+                bar.update(a, format!("{t} sent, {} in flight", t - a));
             }
         });
         for (tx, rx) in handles {
