@@ -125,9 +125,16 @@ pub fn replay(
             let rd = stream.try_clone().context("cloning a socket")?;
             rd.set_read_timeout(Some(REPLY_TIMEOUT))
                 .context("setting the reply timeout")?;
-            let (sent, answered) = (&sent, &answered);
-            let tx = s.spawn(move || send(stream, mine, reqs, export, start, sent));
-            let rx = s.spawn(move || receive(rd, mine, reqs, export, start, answered));
+            let lane = |count| Lane {
+                mine,
+                reqs,
+                export,
+                start,
+                count,
+            };
+            let (tx_lane, rx_lane) = (lane(&sent), lane(&answered));
+            let tx = s.spawn(move || send(stream, tx_lane));
+            let rx = s.spawn(move || receive(rd, rx_lane));
             handles.push((tx, rx));
         }
         let progress = s.spawn(|| {
@@ -171,6 +178,21 @@ fn since(start: Instant) -> u64 {
     Instant::now().saturating_duration_since(start).as_nanos() as u64
 }
 
+/// What a connection's sender or reader works with.
+#[derive(Clone, Copy)]
+struct Lane<'a> {
+    /// Indices of the requests on this connection, in due order.
+    mine: &'a [u32],
+    /// All requests.
+    reqs: &'a [Req],
+    /// The export.
+    export: &'a Export,
+    /// The replay's start.
+    start: Instant,
+    /// Requests sent (the sender) or answered (the reader), for progress.
+    count: &'a AtomicU64,
+}
+
 /// When one request was sent, in ns after the start.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
@@ -187,15 +209,8 @@ struct Sent {
 /// Send `mine` at their times, each in one write as soon as it is due
 /// (its bytes made ready before). Returns when each was sent, and why it
 /// stopped early.
-fn send(
-    mut stream: Stream,
-    mine: &[u32],
-    reqs: &[Req],
-    export: &Export,
-    start: Instant,
-    count: &AtomicU64,
-) -> (Vec<(u32, Sent)>, Option<String>) {
-    let mut out = Vec::with_capacity(mine.len());
+fn send(mut stream: Stream, lane: Lane) -> (Vec<(u32, Sent)>, Option<String>) {
+    let mut out = Vec::with_capacity(lane.mine.len());
     // Wake on time: the kernel's default slack lets a sleep overrun by
     // 50 µs. Best effort: without it requests are sent a little later,
     // which the report shows.
@@ -203,11 +218,11 @@ fn send(
     let mut buf = Vec::new();
     let mut prev_end = 0u64;
     let result = (|| -> std::io::Result<()> {
-        for &i in mine {
-            let r = &reqs[i as usize];
+        for &i in lane.mine {
+            let r = &lane.reqs[i as usize];
             buf.clear();
-            let (cmd, flags) = command(r, export);
-            for (p, (offset, len)) in pieces(r, export).enumerate() {
+            let (cmd, flags) = command(r, lane.export);
+            for (p, (offset, len)) in pieces(r, lane.export).enumerate() {
                 let cookie = (u64::from(i) << PIECE_BITS) | p as u64;
                 buf.extend_from_slice(&nbd::header(cmd, flags, cookie, offset, len));
                 if cmd == proto::CMD_WRITE {
@@ -216,21 +231,21 @@ fn send(
                     pattern(&mut buf[at..], offset, i + 1);
                 }
             }
-            let due = start + Duration::from_nanos(r.due_ns);
+            let due = lane.start + Duration::from_nanos(r.due_ns);
             let now = Instant::now();
             if due > now {
                 std::thread::sleep(due - now);
             }
-            let begin = since(start);
+            let begin = since(lane.start);
             // The daemon may stop reading its socket (it has as many
             // requests in flight as it takes): this waits, and the wait
             // is the daemon's, counted in the latency.
             stream.write_all(&buf)?;
-            let end = since(start);
+            let end = since(lane.start);
             let late = begin.saturating_sub(r.due_ns.max(prev_end));
             out.push((i, Sent { begin, end, late }));
             prev_end = end;
-            count.fetch_add(1, Ordering::Relaxed);
+            lane.count.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     })();
@@ -246,28 +261,22 @@ fn send(
 
 /// Take the replies of `mine`. Returns each answered request's reply time
 /// and errno, and why it stopped early.
-fn receive(
-    mut stream: Stream,
-    mine: &[u32],
-    reqs: &[Req],
-    export: &Export,
-    start: Instant,
-    count: &AtomicU64,
-) -> (Vec<(u32, u64, u32)>, Option<String>) {
-    let mut out = Vec::with_capacity(mine.len());
+fn receive(mut stream: Stream, lane: Lane) -> (Vec<(u32, u64, u32)>, Option<String>) {
+    let mut out = Vec::with_capacity(lane.mine.len());
     // Requests of several pieces: pieces still to come, worst errno.
     let mut partial: HashMap<u32, (usize, u32)> = HashMap::new();
-    let mut left = mine.len();
+    let mut left = lane.mine.len();
     let mut buf = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         while left > 0 {
             let (errno, cookie) = nbd::read_reply(&mut stream).context("reading a reply")?;
             let i = (cookie >> PIECE_BITS) as u32;
             let p = (cookie & ((1 << PIECE_BITS) - 1)) as usize;
-            let r = reqs
+            let r = lane
+                .reqs
                 .get(i as usize)
                 .with_context(|| format!("a reply to a request never sent (cookie {cookie})"))?;
-            let (_, len) = pieces(r, export)
+            let (_, len) = pieces(r, lane.export)
                 .nth(p)
                 .with_context(|| format!("a reply to a request never sent (cookie {cookie})"))?;
             if r.op == Op::Read && errno == 0 {
@@ -276,7 +285,7 @@ fn receive(
                     .read_exact(&mut buf)
                     .context("reading a read's data")?;
             }
-            let n = pieces(r, export).count();
+            let n = pieces(r, lane.export).count();
             let e = if n == 1 {
                 Some(errno)
             } else {
@@ -290,9 +299,9 @@ fn receive(
                 done
             };
             if let Some(e) = e {
-                out.push((i, since(start), e));
+                out.push((i, since(lane.start), e));
                 left -= 1;
-                count.fetch_add(1, Ordering::Relaxed);
+                lane.count.fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(())
