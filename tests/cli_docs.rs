@@ -73,7 +73,7 @@ fn man_pages_for_every_command_render() {
             .arg(dir.path()),
     );
     // Nested subcommands get pages of their own.
-    for sub in ["info", "import", "export", "generate"] {
+    for sub in ["info", "import", "export", "generate", "replay"] {
         let page = dir.path().join(format!("tierd-trace-{sub}.1"));
         let text = String::from_utf8_lossy(&read(&page)).into_owned();
         assert!(text.contains(".SH SYNOPSIS"), "tierd-trace-{sub}.1: {text}");

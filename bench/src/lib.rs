@@ -417,7 +417,7 @@ impl Bench {
         if !opts.traces.is_empty() {
             if opts.clock != ClockKind::Virtual {
                 return Err(BenchError::Options(
-                    "--trace replays on the virtual clock; to replay through the daemon on the real clock, export it for fio (tierd trace export) and see benchmarks/daemon-trace.sh".into(),
+                    "--trace replays on the virtual clock; to replay through the daemon on the real clock, use tierd trace replay TRACE --nbd URL (docs/trace.md)".into(),
                 ));
             }
             for path in &opts.traces {

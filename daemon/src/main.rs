@@ -7,6 +7,7 @@ use anyhow::Context;
 mod bench_cmd;
 mod config_cmd;
 mod flags;
+mod replay;
 mod trace_cmd;
 
 use clap::{Parser, Subcommand};
@@ -52,7 +53,8 @@ enum Command {
     /// models (virtual or real clock) or real devices.
     Bench(Box<bench_cmd::BenchArgs>),
     /// Block I/O traces: summarise one, convert public formats to tierd's,
-    /// export for fio, generate synthetic ones (docs/trace.md).
+    /// export for fio, generate synthetic ones, replay one through a
+    /// running daemon (docs/trace.md).
     Trace {
         #[command(subcommand)]
         command: trace_cmd::TraceCommand,

@@ -1,7 +1,8 @@
 //! `tierd trace`: flag parsing and output for the library's `trace` module
-//! (`info`, `import`, `export`) and the bench's trace generator
-//! (`generate`); the reading, converting, counting and generating are the
-//! libraries'.
+//! (`info`, `import`, `export`), the bench's trace generator
+//! (`generate`) and the replayer through a running daemon (`replay`, in
+//! `crate::replay`); the reading, converting, counting and generating are
+//! the libraries'.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -88,6 +89,17 @@ pub enum TraceCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Replay a trace through a running daemon over NBD, open loop, and
+    /// report latency, read-hit share, HDD busy time and bytes moved.
+    ///
+    /// Lays the volume out as the bench does (the trace's touched extents
+    /// packed from the first extent a fill in address order puts on the
+    /// HDD, filler around them up to --fill), waits for the daemon to
+    /// settle, then sends each request at its recorded time divided by
+    /// --speed (docs/trace.md, "Replaying through the daemon"). Writes
+    /// over the whole volume: refused on a volume that holds data unless
+    /// --force.
+    Replay(crate::replay::Options),
 }
 
 /// Accepts a shape's name (and lists the names in help and completions).
@@ -105,7 +117,7 @@ pub struct FormatArg {
     /// The input's format: tierd, msr-csv, fio-iolog, blkparse or
     /// cloudphysics-csv (default: detected from its first bytes).
     #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
-    format: Option<Format>,
+    pub format: Option<Format>,
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
@@ -154,6 +166,7 @@ pub fn run(cmd: TraceCommand) -> anyhow::Result<()> {
             };
             generate(&opts, &output, force)
         }
+        TraceCommand::Replay(o) => crate::replay::run(&o),
     }
 }
 
