@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::text::{digits, index_of, num, sectors, LineParser, Raw};
-use super::ImportStats;
+use super::stats::ImportStats;
 use crate::trace::Op;
 
 /// `maj,min` of a blkparse event line.

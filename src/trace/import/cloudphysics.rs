@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use super::text::{is_blank_or_comment, num, sectors, LineParser, Raw};
-use super::ImportStats;
+use super::stats::ImportStats;
 use crate::trace::Op;
 
 /// libCacheSim's CloudPhysics CSV (docs/trace.md#cloudphysics-csv).

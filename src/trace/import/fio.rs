@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::text::{index_of, is_blank_or_comment, num, LineParser, Raw};
-use super::ImportStats;
+use super::stats::ImportStats;
 use crate::trace::Op;
 
 /// The version of a fio iolog header line.

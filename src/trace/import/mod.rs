@@ -36,6 +36,7 @@ mod tests;
 mod text;
 
 pub use stats::ImportStats;
+pub use text::{Records, MAX_LINE};
 
 use std::fmt;
 use std::fs::File;
@@ -43,18 +44,12 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::str::FromStr;
 
-use super::{Header, Record, TraceError, TraceReader, MAGIC};
+use super::{Header, TraceError, TraceReader, MAGIC};
 use blkparse::{blk_device, blk_time, Blkparse};
 use cloudphysics::CloudPhysicsCsv;
 use fio::{fio_version, FioIolog};
 use msr::MsrCsv;
 use text::{digits, text};
-
-/// A stream of records.
-pub type Records = Box<dyn Iterator<Item = Result<Record, TraceError>>>;
-
-/// The longest line a text importer accepts, in bytes.
-pub const MAX_LINE: usize = 64 * 1024;
 
 /// The trace formats this module reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

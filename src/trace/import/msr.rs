@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use super::text::{is_blank_or_comment, num, LineParser, Raw};
-use super::ImportStats;
+use super::stats::ImportStats;
 use crate::trace::Op;
 
 /// FILETIME (100 ns ticks since 1601-01-01 UTC) of the Unix epoch.

@@ -1,7 +1,7 @@
 //! The importers against sample lines of every format.
 
 use super::*;
-use crate::trace::Op;
+use crate::trace::{Op, Record};
 
 fn import(format: Option<Format>, text: &str) -> (Header, Vec<Record>, ImportStats) {
     let i = from_reader(std::io::Cursor::new(text.as_bytes().to_vec()), format, "t").expect("open");

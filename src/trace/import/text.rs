@@ -8,8 +8,14 @@ use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::str::FromStr;
 
-use super::{ImportStats, Records, MAX_LINE};
+use super::stats::ImportStats;
 use crate::trace::{Header, Op, Record, TraceError};
+
+/// A stream of records.
+pub type Records = Box<dyn Iterator<Item = Result<Record, TraceError>>>;
+
+/// The longest line a text importer accepts, in bytes.
+pub const MAX_LINE: usize = 64 * 1024;
 
 /// Bytes of a disk sector in blkparse and CloudPhysics traces.
 const SECTOR: u64 = 512;
