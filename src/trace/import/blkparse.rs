@@ -3,8 +3,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::text::{digits, index_of, num, sectors, LineParser, Raw};
 use super::stats::ImportStats;
+use super::text::{digits, index_of, num, sectors, LineParser, Raw};
 use crate::trace::Op;
 
 /// `maj,min` of a blkparse event line.

@@ -3,8 +3,8 @@
 
 use std::collections::VecDeque;
 
-use super::text::{is_blank_or_comment, num, sectors, LineParser, Raw};
 use super::stats::ImportStats;
+use super::text::{is_blank_or_comment, num, sectors, LineParser, Raw};
 use crate::trace::Op;
 
 /// libCacheSim's CloudPhysics CSV (docs/trace.md#cloudphysics-csv).

@@ -3,8 +3,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::text::{index_of, is_blank_or_comment, num, LineParser, Raw};
 use super::stats::ImportStats;
+use super::text::{index_of, is_blank_or_comment, num, LineParser, Raw};
 use crate::trace::Op;
 
 /// The version of a fio iolog header line.

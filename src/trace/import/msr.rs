@@ -3,8 +3,8 @@
 
 use std::collections::VecDeque;
 
-use super::text::{is_blank_or_comment, num, LineParser, Raw};
 use super::stats::ImportStats;
+use super::text::{is_blank_or_comment, num, LineParser, Raw};
 use crate::trace::Op;
 
 /// FILETIME (100 ns ticks since 1601-01-01 UTC) of the Unix epoch.
