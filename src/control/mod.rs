@@ -8,7 +8,7 @@
 //!
 //! This module owns the protocol's messages only (what `tierctl` shares
 //! with the daemon); the server that answers them against the daemon's
-//! live state is [`crate::serving::control`].
+//! live state is [`crate::serving::control_server`].
 
 use serde::{Deserialize, Serialize};
 
