@@ -325,6 +325,7 @@ pub async fn run_with(
     Ok(())
 }
 
+/// Flush metadata that clients left dirty (writes without a FLUSH), so a
 /// power cut loses at most [`META_FLUSH_EVERY`] of mapping changes.
 async fn background_flush(live: &Arc<Live>) {
     if !live.volume.flush_state().meta_dirty {

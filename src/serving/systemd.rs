@@ -28,8 +28,6 @@ pub fn reload(live: &Live, settings: &Settings) -> std::result::Result<String, S
     r
 }
 
-/// Flush metadata that clients left dirty (writes without a FLUSH), so a
-
 /// The systemd status line: serving, and the health.
 pub fn status_line(h: &crate::control::HealthStatus) -> String {
     if h.problems.is_empty() {
