@@ -242,7 +242,7 @@ impl Poll {
 }
 
 /// The stream as a blocking socket when it is a tokio TCP or Unix stream;
-/// else the stream back, for the async loop.
+/// else the stream back (to be bridged).
 pub(super) fn into_blocking<S: 'static>(stream: S) -> Result<io::Result<Sock>, S> {
     let any: Box<dyn Any> = Box::new(stream);
     let any = match any.downcast::<tokio::net::TcpStream>() {
