@@ -248,7 +248,7 @@ impl Volume {
     fn admission_room(&self) -> usize {
         self.geo
             .ssd_slots
-            .saturating_sub(self.geo.reserve_extents)
+            .saturating_sub(self.reserve_target())
             .max(1) as usize
     }
 
@@ -378,7 +378,7 @@ impl Volume {
     /// Whether the SSD has a free slot above the reserve for an admission
     /// (flushing first when evictions freed slots that wait for one).
     pub fn admission_has_room(&self) -> VolumeResult<bool> {
-        let floor = self.geo.reserve_extents;
+        let floor = self.reserve_target();
         if self.alloc.free_count(Tier::Ssd) > floor {
             return Ok(true);
         }

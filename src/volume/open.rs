@@ -342,6 +342,7 @@ impl Volume {
             heat.restore(&raw);
         }
         Ok(Volume {
+            reserve_target: std::sync::atomic::AtomicU32::new(geo.reserve_extents),
             geo,
             id,
             devices: super::DeviceSlots::new(devices),
