@@ -9,7 +9,7 @@
 mod support;
 
 use support::*;
-use tierd::volume::{MoveOutcome, Tier};
+use tierd::volume::Tier;
 
 /// Segments the write log may hold with a reserve of `r` slots (all but an
 /// eighth, at most 32).
@@ -48,27 +48,7 @@ fn the_write_log_follows_the_target_up_to_the_reserve_fixed_at_format() {
 fn shadows_leave_the_hdd_more_room_than_the_target() {
     let bed = Bed::new(8, 16, 2);
     let vol = bed.open();
-    let mut model = model_of(&vol);
-    for e in 0..6 {
-        hdd_extent(&vol, &mut model, e, 0, &pattern(e, EXTENT as usize));
-    }
-    for e in 0..6 {
-        assert!(matches!(migrate(&vol, e, Tier::Ssd), MoveOutcome::Moved(_)));
-        // In use: new data does not push it out.
-        heat_up(&vol, e, 1);
-    }
-    vol.heat()
-        .tick(tierd::clock::Clock::now(bed.clock.as_ref()));
-    let mut e = 6;
-    while vol.free_slots(Tier::Hdd) > 4 {
-        put(
-            &vol,
-            &mut model,
-            e * EXTENT,
-            &pattern(50 + e, EXTENT as usize),
-        );
-        e += 1;
-    }
+    let model = shadows_then_new_data(&bed, &vol, 4);
     assert_eq!(vol.usage().shadows, 6);
     vol.flush().expect("flush");
     let m = bed.migrator(&vol);

@@ -107,17 +107,11 @@ impl Read for Bridge {
 }
 
 impl Write for Bridge {
-    /// A write, flushed: what it took is on its way once it returns.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let tx = &self.inner.tx;
-        self.send(async {
-            let mut tx = tx.lock().await;
-            let n = tx.write(buf).await?;
-            tx.flush().await?;
-            Ok(n)
-        })
+        self.write_vectored(&[IoSlice::new(buf)])
     }
 
+    /// A write, flushed: what it took is on its way once it returns.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let tx = &self.inner.tx;
         self.send(async {
