@@ -233,7 +233,7 @@ impl Volume {
     fn admission_room(&self) -> usize {
         self.geo
             .ssd_slots
-            .saturating_sub(self.geo.reserve_extents)
+            .saturating_sub(self.reserve_target())
             .max(1) as usize
     }
 
@@ -391,7 +391,7 @@ impl Volume {
     /// need the room.
     pub fn admission_keeps_copies(&self) -> bool {
         self.shadows_enabled()
-            && self.alloc.free_count(Tier::Hdd) > 2 * self.geo.reserve_extents.max(1)
+            && self.alloc.free_count(Tier::Hdd) > 2 * self.reserve_target().max(1)
     }
 
     /// Whether the SSD has a free slot for an admission (flushing first when
@@ -401,7 +401,7 @@ impl Volume {
         let floor = if self.admission_keeps_copies() {
             0
         } else {
-            self.geo.reserve_extents
+            self.reserve_target()
         };
         if self.alloc.free_count(Tier::Ssd) > floor {
             return Ok(true);
