@@ -122,7 +122,12 @@ fn on_a_full_hdd_admission_stands_aside_for_heat() {
     let (bed, vol, mut model) = admitting_bed();
     let n = vol.geometry().logical_extents();
     for e in 0..n {
-        put(&vol, &mut model, e * EXTENT, &pattern(300 + e, EXTENT as usize));
+        put(
+            &vol,
+            &mut model,
+            e * EXTENT,
+            &pattern(300 + e, EXTENT as usize),
+        );
     }
     vol.flush().expect("flush");
     assert!(!vol.admission_keeps_copies());

@@ -49,7 +49,8 @@ pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
         }
         let t0 = vol.clock().io_now();
         let r = admit_one(vol, extent, &mut done);
-        vol.ledger().admitted(vol.clock().io_now().saturating_sub(t0));
+        vol.ledger()
+            .admitted(vol.clock().io_now().saturating_sub(t0));
         r?;
     }
     Ok(done)

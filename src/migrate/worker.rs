@@ -361,8 +361,10 @@ impl Migrator {
         let cfg = self.config();
         let vol = &self.vol;
         vol.set_admission(cfg.admission);
-        vol.ledger()
-            .set_shares(cfg.admission.then_some(cfg.admission_share), cfg.promote_share);
+        vol.ledger().set_shares(
+            cfg.admission.then_some(cfg.admission_share),
+            cfg.promote_share,
+        );
         // What admission left waiting (no admitting thread, or a burst).
         if cfg.admission && !self.paused() {
             if let Err(e) = super::admit::admit_pending(vol) {
@@ -700,9 +702,10 @@ impl Migrator {
                 self.vol.take_admissions();
                 continue;
             }
-            self.vol
-                .ledger()
-                .set_shares(cfg.admission.then_some(cfg.admission_share), cfg.promote_share);
+            self.vol.ledger().set_shares(
+                cfg.admission.then_some(cfg.admission_share),
+                cfg.promote_share,
+            );
             match catch_unwind(AssertUnwindSafe(|| super::admit::admit_pending(&self.vol))) {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {

@@ -187,7 +187,6 @@ impl Savings {
     pub(crate) fn set_mean(&self, d: Duration) {
         self.mean.store(d.as_nanos() as u64, Ordering::Relaxed);
     }
-
 }
 
 /// HDD seconds on each side of an account, decayed.
@@ -305,7 +304,9 @@ pub struct Ledger {
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ledger").field("status", &self.status()).finish()
+        f.debug_struct("Ledger")
+            .field("status", &self.status())
+            .finish()
     }
 }
 
@@ -602,11 +603,17 @@ mod tests {
         l.admitted_hit();
         l.admitted_hit();
         let s = l.status();
-        assert!((s.first_miss_return.unwrap_or(0.0) - 1.0).abs() < 1e-9, "{s:?}");
+        assert!(
+            (s.first_miss_return.unwrap_or(0.0) - 1.0).abs() < 1e-9,
+            "{s:?}"
+        );
         assert!((s.admissions_hdd_s - 0.016).abs() < 1e-9);
         assert!(s.admit_at_first_miss);
         l.set_shares(None, 1.0);
-        assert!(!l.counting(), "admission off, no budget: nothing is measured");
+        assert!(
+            !l.counting(),
+            "admission off, no budget: nothing is measured"
+        );
     }
 
     #[test]

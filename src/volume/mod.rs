@@ -8,11 +8,11 @@
 
 mod admit;
 mod alloc;
-mod ledger;
 mod error;
 mod extent;
 mod geometry;
 mod io;
+mod ledger;
 mod lock;
 mod log;
 mod map;
@@ -27,9 +27,9 @@ mod superblock;
 mod write;
 
 pub use admit::{Class as AdmitClass, Eviction, Miss};
-pub use ledger::{Ledger, LedgerStatus};
 pub use error::{VolumeError, VolumeResult};
 pub use io::AllocRun;
+pub use ledger::{Ledger, LedgerStatus};
 pub use log::LogUsage;
 pub use moves::{Goal, MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
 pub use open::{FormatOptions, VolumeOptions, STORE_FORMAT_VERSION};

@@ -5,9 +5,9 @@
 
 pub mod check;
 pub mod doc;
-pub mod traces;
 mod svg;
 mod ticks;
+pub mod traces;
 
 pub use svg::svg;
 

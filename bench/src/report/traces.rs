@@ -33,7 +33,11 @@ pub fn rows(points: &[Point]) -> Vec<[String; 11]> {
                 format!(
                     "{}{}",
                     p.target,
-                    if p.target.starts_with("cache-") { " ‡" } else { "" }
+                    if p.target.starts_with("cache-") {
+                        " ‡"
+                    } else {
+                        ""
+                    }
                 ),
                 ms(r.map(|l| l.mean_us)),
                 ms(r.map(|l| l.p99_us)),
@@ -73,11 +77,26 @@ pub fn table(points: &[Point]) -> String {
         return String::new();
     }
     let mut s = String::new();
-    let wide = rows.iter().map(|r| r[0].chars().count()).max().unwrap_or(4).max(4);
+    let wide = rows
+        .iter()
+        .map(|r| r[0].chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     let _ = writeln!(
         s,
         "\n{:<wide$} {:<16} {:>12} {:>11} {:>13} {:>12} {:>10} {:>8} {:>15} {:>10} {:>9}",
-        HEAD[0], HEAD[1], HEAD[2], HEAD[3], HEAD[4], HEAD[5], HEAD[6], HEAD[7], HEAD[8], HEAD[9], HEAD[10]
+        HEAD[0],
+        HEAD[1],
+        HEAD[2],
+        HEAD[3],
+        HEAD[4],
+        HEAD[5],
+        HEAD[6],
+        HEAD[7],
+        HEAD[8],
+        HEAD[9],
+        HEAD[10]
     );
     for r in &rows {
         let _ = writeln!(
