@@ -4,7 +4,8 @@
 //! read twice, and the server is told exactly once, before the first wait.
 //! Checked on a volume over devices that answer a read without waiting
 //! only while they are told the data is at hand (a page cache), directly
-//! (`Volume::read_or_wait`) and through the NBD server.
+//! (`Volume::read_or_wait`, a block logged in part among them) and through
+//! the NBD server.
 
 mod nbd_support;
 
@@ -14,8 +15,10 @@ use nbd_support::*;
 use tierd::device::{BlockDevice, MemDevice};
 use tierd::serving::VolumeExport;
 use tierd::store::{MemStore, MetaStore};
-use tierd::units::IoHint;
-use tierd::volume::{Devices, FormatOptions, Volume, VolumeOptions, MIN_EXTENT_SIZE};
+use tierd::units::{IoHint, Reason};
+use tierd::volume::{
+    Devices, FormatOptions, MoveOutcome, Tier, Volume, VolumeOptions, MIN_EXTENT_SIZE,
+};
 
 const EXTENT: u64 = MIN_EXTENT_SIZE;
 
@@ -97,6 +100,12 @@ impl BlockDevice for Cache {
 /// A volume over two counting devices, with its first two extents
 /// written (distinct bytes, on the SSD), the SSD, and the data.
 fn rig() -> (Arc<Volume>, Arc<Cache>, Vec<u8>) {
+    let (vol, ssd, _, data) = rig_both();
+    (vol, ssd, data)
+}
+
+/// [`rig`], with the HDD as well.
+fn rig_both() -> (Arc<Volume>, Arc<Cache>, Arc<Cache>, Vec<u8>) {
     let ssd = Arc::new(Cache::new(16 << 20));
     let hdd = Arc::new(Cache::new(64 << 20));
     let devices = Devices {
@@ -119,7 +128,7 @@ fn rig() -> (Arc<Volume>, Arc<Cache>, Vec<u8>) {
     vol.read(0, &mut back).expect("read back");
     assert_eq!(back, data);
     assert_eq!(hdd.counts(), (0, 0, 0), "the data is on the SSD");
-    (Arc::new(vol), ssd, data)
+    (Arc::new(vol), ssd, hdd, data)
 }
 
 /// 8 KiB across the boundary of extents 0 and 1: one piece in each.
@@ -166,6 +175,60 @@ fn a_read_is_told_once_before_it_waits_and_reads_nothing_twice() {
         .expect("read");
     assert_eq!(buf, vec![0u8; LEN]);
     assert_eq!((told, ssd.counts()), (0, (0, 0, 0)));
+}
+
+/// A block logged in part (sector-aligned bytes written over data on the
+/// HDD) reads as its HDD block with the log's sectors laid over it, going
+/// down once: the HDD block and the logged sectors each read once, the
+/// hook told once, whichever of the two would wait.
+#[test]
+fn a_block_logged_in_part_reads_right_and_once() {
+    let (vol, ssd, hdd, mut data) = rig_both();
+    let moved = tierd::migrate::migrate_extent(&vol, 0, Tier::Hdd, Reason::Manual, &mut |_| {})
+        .expect("demote extent 0");
+    assert!(matches!(moved, MoveOutcome::Moved(_)), "{moved:?}");
+    // 3 KiB from sector 1 of block 3: logged by its sectors, the HDD's
+    // block left as it is.
+    let (at, part) = (3 * 4096 + 512, vec![0xa5u8; 3072]);
+    vol.write(at, &part, false).expect("write part of a block");
+    data[at as usize..at as usize + part.len()].copy_from_slice(&part);
+    let m = vol.mapping(0).expect("mapped");
+    assert_eq!(m.loc.tier, Tier::Hdd);
+    assert_eq!(
+        m.logged
+            .iter()
+            .map(|l| (l.block, l.sectors))
+            .collect::<Vec<_>>(),
+        vec![(3, 0b0111_1110)],
+        "logged in part"
+    );
+    // Blocks 2..6: one HDD run, the sectors of block 3 over it.
+    let (from, len) = (2 * 4096u64, 4 * 4096usize);
+    let want = &data[from as usize..from as usize + len];
+    // (HDD at hand, SSD at hand) -> (told, HDD counts, SSD counts).
+    let cases = [
+        ((u64::MAX, u64::MAX), (0, (1, 0), (1, 0))),
+        ((0, u64::MAX), (1, (0, 1), (0, 1))),
+        ((u64::MAX, 0), (1, (1, 0), (0, 1))),
+        ((0, 0), (1, (0, 1), (0, 1))),
+    ];
+    for ((h, s), (want_told, want_hdd, want_ssd)) in cases {
+        hdd.at_hand(h);
+        ssd.at_hand(s);
+        let mut told = 0;
+        let mut buf = vec![0u8; len];
+        let mut hook = || told += 1;
+        vol.read_or_wait(from, &mut buf, IoHint::default(), &mut hook)
+            .expect("read");
+        assert!(buf == want, "the bytes read ({h}, {s} at hand)");
+        let (hn, hw, hb) = hdd.counts();
+        let (sn, sw, sb) = ssd.counts();
+        assert_eq!(
+            (told, (hn, hw), (sn, sw), hb, sb),
+            (want_told, want_hdd, want_ssd, len as u64, part.len() as u64),
+            "({h}, {s} at hand)"
+        );
+    }
 }
 
 #[test]
