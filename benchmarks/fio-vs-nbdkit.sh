@@ -12,11 +12,15 @@
 # reports each server's CPU time per request (user + system time of the
 # server's process during the job, from /proc, over the job's requests; for
 # tierd this includes its migrator and everything else it runs).
+# With --baseline, a second tierd (another build: the one before a change)
+# joins the rotation as the server "baseline", so that a change is measured
+# against what it changed in the same run, as a ratio.
 #
 # Usage: benchmarks/fio-vs-nbdkit.sh [--quick] [--runtime S] [--rounds N]
 #          [--size SIZE] [--json FILE] [--workdir DIR] [--keep]
 #          [--tierd PATH] [--tierd-args "ARGS"] [--no-build]
 #          [--jobs "job1 job2 ..."] [--servers "tierd nbdkit qemu-nbd"]
+#          [--baseline PATH]
 #   --quick        5 s per job instead of 20 s
 #   --runtime S    seconds per job (default 20)
 #   --rounds N     rounds of every job on both servers (default 2)
@@ -29,6 +33,8 @@
 #   --no-build     do not run cargo build first
 #   --jobs LIST    subset of job names (default: all eight)
 #   --servers LIST subset of servers (default: tierd nbdkit qemu-nbd)
+#   --baseline P   also serve with the tierd binary P ("baseline", same
+#                  flags), another build to compare this one with
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,6 +52,7 @@ tierd_args=""
 build=1
 jobs="randread-4k-qd1 randread-4k-qd32 randwrite-4k-qd1 randwrite-4k-qd32 randread-64k-qd8 randrw-8k-qd16 seqread-1m-qd4 seqwrite-256k-qd4"
 servers="tierd nbdkit qemu-nbd"
+baseline_bin=""
 
 die() { echo "fio-vs-nbdkit: $*" >&2; exit 1; }
 
@@ -63,21 +70,27 @@ while [ $# -gt 0 ]; do
         --servers) servers=${2:?}; shift ;;
         --no-build) build=0 ;;
         --jobs) jobs=${2:?}; shift ;;
-        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --baseline) baseline_bin=${2:?}; shift ;;
+        -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
     shift
 done
 
+if [ -n "$baseline_bin" ]; then
+    [ -x "$baseline_bin" ] || die "no tierd binary at $baseline_bin (--baseline)"
+    case " $servers " in *" baseline "*) ;; *) servers="$servers baseline" ;; esac
+fi
 for s in $servers; do
     case "$s" in
         tierd|nbdkit|qemu-nbd) ;;
-        *) die "unknown server $s (tierd, nbdkit, qemu-nbd)" ;;
+        baseline) [ -n "$baseline_bin" ] || die "the server baseline needs --baseline PATH" ;;
+        *) die "unknown server $s (tierd, nbdkit, qemu-nbd, baseline)" ;;
     esac
 done
 case " $servers " in *" tierd "*) ;; *) die "--servers must include tierd" ;; esac
 refs=$(for s in $servers; do [ "$s" = tierd ] || echo "$s"; done | xargs)
-for t in fio jq $refs; do
+for t in fio jq $(for r in $refs; do [ "$r" = baseline ] || echo "$r"; done); do
     command -v "$t" >/dev/null || die "$t is not installed"
 done
 for j in $jobs prefill; do
@@ -100,18 +113,19 @@ else
     mkdir -p "$workdir"
 fi
 workdir=$(realpath "$workdir")
-mkdir -p "$workdir/tierd" "$workdir/out"
+mkdir -p "$workdir/tierd" "$workdir/baseline" "$workdir/out"
 points="$workdir/points.jsonl"
 : >"$points"
 
 tierd_pid=""
+baseline_pid=""
 nbdkit_pid=""
 qemu_pid=""
 cleanup() {
-    for p in $tierd_pid $nbdkit_pid $qemu_pid; do
+    for p in $tierd_pid $baseline_pid $nbdkit_pid $qemu_pid; do
         kill -TERM "$p" 2>/dev/null || true
     done
-    for p in $tierd_pid $nbdkit_pid $qemu_pid; do
+    for p in $tierd_pid $baseline_pid $nbdkit_pid $qemu_pid; do
         wait "$p" 2>/dev/null || true
     done
     if [ "$keep" = 1 ]; then
@@ -132,18 +146,24 @@ free_port() {
     die "no free port from $1"
 }
 
-# tierd: default geometry (4 GiB SSD + 32 GiB HDD, sparse image files).
+# start_tierd NAME BINARY PORT: a tierd with the default geometry (4 GiB
+# SSD + 32 GiB HDD, sparse image files) in $workdir/NAME, its pid in
+# started_pid once it listens.
+start_tierd() {
+    # shellcheck disable=SC2086 # tierd_args is a list of arguments
+    "$2" serve --data-dir "$workdir/$1" --listen "127.0.0.1:$3" $tierd_args \
+        >"$workdir/$1.log" 2>&1 &
+    started_pid=$!
+    for _ in $(seq 600); do
+        grep -q "serving NBD over TCP" "$workdir/$1.log" && break
+        kill -0 "$started_pid" 2>/dev/null || { cat "$workdir/$1.log" >&2; die "$1 exited"; }
+        sleep 0.1
+    done
+    grep -q "serving NBD over TCP" "$workdir/$1.log" || die "$1 did not start listening"
+}
 tierd_port=$(free_port 10811)
-# shellcheck disable=SC2086 # tierd_args is a list of arguments
-"$tierd_bin" serve --data-dir "$workdir/tierd" --listen "127.0.0.1:$tierd_port" $tierd_args \
-    >"$workdir/tierd.log" 2>&1 &
-tierd_pid=$!
-for _ in $(seq 600); do
-    grep -q "serving NBD over TCP" "$workdir/tierd.log" && break
-    kill -0 "$tierd_pid" 2>/dev/null || { cat "$workdir/tierd.log" >&2; die "tierd exited"; }
-    sleep 0.1
-done
-grep -q "serving NBD over TCP" "$workdir/tierd.log" || die "tierd did not start listening"
+start_tierd tierd "$tierd_bin" "$tierd_port"
+tierd_pid=$started_pid
 
 # wait_port NAME PID PORT: until the server listens, or die with its log.
 wait_port() {
@@ -159,6 +179,11 @@ wait_port() {
 # tierd's images.
 nbdkit_port=$(free_port $((tierd_port + 1)))
 qemu_port=$(free_port $((nbdkit_port + 1)))
+baseline_port=$(free_port $((qemu_port + 1)))
+case " $servers " in *" baseline "*)
+    start_tierd baseline "$baseline_bin" "$baseline_port"
+    baseline_pid=$started_pid
+esac
 case " $servers " in *" nbdkit "*)
     truncate -s "$size" "$workdir/nbdkit.img"
     nbdkit -f -i 127.0.0.1 -p "$nbdkit_port" --exit-with-parent \
@@ -179,6 +204,7 @@ uri_of() {
         tierd) echo "nbd://127.0.0.1:$tierd_port" ;;
         nbdkit) echo "nbd://127.0.0.1:$nbdkit_port" ;;
         qemu-nbd) echo "nbd://127.0.0.1:$qemu_port" ;;
+        baseline) echo "nbd://127.0.0.1:$baseline_port" ;;
     esac
 }
 
@@ -187,6 +213,7 @@ pid_of() {
         tierd) echo "$tierd_pid" ;;
         nbdkit) echo "$nbdkit_pid" ;;
         qemu-nbd) echo "$qemu_pid" ;;
+        baseline) echo "$baseline_pid" ;;
     esac
 }
 
@@ -205,7 +232,7 @@ run_fio() {
         cat "$out" >&2 || true
         die "fio $job against $server failed"
     fi
-    for p in $tierd_pid $nbdkit_pid $qemu_pid; do
+    for p in $tierd_pid $baseline_pid $nbdkit_pid $qemu_pid; do
         kill -0 "$p" 2>/dev/null || die "a server died during $job against $server (logs in $workdir)"
     done
     ticks=$(($(cpu_ticks "$pid") - ticks0))

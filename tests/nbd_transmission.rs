@@ -5,8 +5,9 @@
 //! connections, a duplex stream, and one `nbdinfo` interop check.
 //!
 //! The cases about errors, ordering, limits and shutdown run twice: on the
-//! threaded loop that serves plain sockets by default, and on the async
-//! loop (`threads = 0`) that TLS and in-memory streams always use.
+//! connection's own threads (the default), and with `threads = 0` on the
+//! runtime's shared blocking threads (the module names keep the two loops
+//! these once were).
 
 mod nbd_support;
 
@@ -778,7 +779,7 @@ async fn unix_socket_with_qemu_io(threads: usize) {
 }
 
 /// Plain TCP connections are served by the connection's own threads by
-/// default, and by the async loop with `threads = 0`.
+/// default, and by the runtime's shared threads with `threads = 0`.
 #[tokio::test]
 async fn threads_option_picks_the_loop() {
     for (threads, want) in [(16, true), (0, false)] {

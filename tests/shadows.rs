@@ -426,28 +426,8 @@ fn under_hdd_pressure_shadows_give_way_and_new_extents_never_run_out_of_space() 
 fn the_migrator_drops_shadows_when_the_hdd_runs_short() {
     let bed = Bed::new(8, 16, 2);
     let vol = bed.open();
-    let mut model = model_of(&vol);
-    for e in 0..6 {
-        hdd_extent(&vol, &mut model, e, 0, &pattern(e, EXTENT as usize));
-    }
-    for e in 0..6 {
-        assert!(matches!(migrate(&vol, e, Tier::Ssd), MoveOutcome::Moved(_)));
-        // In use: new data does not push it out.
-        heat_up(&vol, e, 1);
-    }
-    vol.heat()
-        .tick(tierd::clock::Clock::now(bed.clock.as_ref()));
     // New extents fill the SSD, then the HDD down to its reserve.
-    let mut e = 6;
-    while vol.free_slots(Tier::Hdd) > 2 {
-        put(
-            &vol,
-            &mut model,
-            at(e, 0),
-            &pattern(50 + e, EXTENT as usize),
-        );
-        e += 1;
-    }
+    let model = shadows_then_new_data(&bed, &vol, 2);
     assert_eq!(vol.usage().shadows, 6);
     vol.flush().expect("flush");
     let m = bed.migrator(&vol);

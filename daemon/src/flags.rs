@@ -120,7 +120,7 @@ const FLAGS: &[Flag] = {
         flag(
             "nbd-threads",
             Value("N"),
-            "Threads per NBD connection on plain sockets; 0 for the async loop (default 16)",
+            "Threads of its own per NBD connection; 0 for none (the runtime's shared threads serve it) (default 16)",
         ),
         flag(
             "nbd-zero-copy",

@@ -85,9 +85,9 @@ pub struct Config {
     /// NBD connections served at once; more wait in the listen backlog.
     /// Default 256.
     pub max_connections: usize,
-    /// Threads serving each NBD connection on a plain TCP or Unix socket,
-    /// each taking, running and answering whole requests; 0 serves them on
-    /// the async loop, as TLS connections always are. Default 16.
+    /// Threads of its own serving each NBD connection, each taking,
+    /// running and answering whole requests; 0: none of its own, the
+    /// runtime's shared blocking threads serve it. Default 16.
     pub nbd_threads: usize,
     /// On those threads, READs longer than 16 KiB of data at rest in an
     /// image file are sent without copying it (splice from the page

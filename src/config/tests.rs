@@ -244,7 +244,7 @@ fn sections_validate_themselves_naming_the_key() {
     };
     assert_eq!(c.validate().unwrap_err().key, "nbd-threads");
     c.nbd_threads = 0;
-    assert!(c.validate().is_ok(), "0 selects the async loop");
+    assert!(c.validate().is_ok(), "0: no threads of its own");
     c.nbd_poll = std::time::Duration::from_millis(2);
     assert_eq!(c.validate().unwrap_err().key, "nbd-poll");
     c.nbd_poll = std::time::Duration::ZERO;

@@ -101,7 +101,7 @@ impl Config {
         if self.nbd_threads > MAX_NBD_THREADS {
             return Err(InvalidKey::new(
                 "nbd-threads",
-                format!("{} is more than {MAX_NBD_THREADS} threads per connection (0 for the async loop)", self.nbd_threads),
+                format!("{} is more than {MAX_NBD_THREADS} threads per connection (0 for none of its own)", self.nbd_threads),
             ));
         }
         if self.nbd_poll > MAX_NBD_POLL {

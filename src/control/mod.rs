@@ -9,7 +9,7 @@
 //! This module owns the protocol's messages only (what `tierctl` shares
 //! with the daemon), and where a daemon's socket is found from any
 //! directory ([`find`]); the server that answers them against the
-//! daemon's live state is [`crate::serving::control`].
+//! daemon's live state is [`crate::serving::control_server`].
 
 pub mod find;
 

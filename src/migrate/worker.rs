@@ -159,9 +159,6 @@ pub struct Migrator {
     panics: AtomicU64,
     /// Backlog and throttle counters ([`Migrator::progress`]).
     progress: Progress,
-    /// SSD slots the policy keeps free (starts at the geometry's reserve;
-    /// the operator may change it live).
-    reserve_target: AtomicU64,
     /// [`ssd_changes`], and when, as pre-cleaning last looked for an SSD
     /// extent without an HDD copy and found none. Only a write to the SSD
     /// or a dropped shadow makes such an extent, so while the count stands
@@ -240,7 +237,6 @@ impl Migrator {
         let burst = vol.geometry().extent_size.max(crate::volume::MERGE_MAX);
         let written = written_bytes(&vol);
         let reads = read_count(&vol);
-        let reserve = u64::from(vol.geometry().reserve_extents);
         Migrator {
             bucket: Mutex::new(TokenBucket::new(
                 migration_budget(cfg.bandwidth.0, vol.hdd_link().as_ref()),
@@ -260,7 +256,6 @@ impl Migrator {
             rounds: AtomicU64::new(0),
             panics: AtomicU64::new(0),
             progress: Progress::default(),
-            reserve_target: AtomicU64::new(reserve),
             preclean_none: Mutex::new(None),
             preclean_list: Mutex::new((std::collections::VecDeque::new(), Duration::ZERO)),
         }
@@ -297,18 +292,17 @@ impl Migrator {
         self.paused.load(Ordering::Relaxed)
     }
 
-    /// SSD slots the policy keeps free: the geometry's reserve unless set
-    /// with [`Migrator::set_reserve_extents`].
+    /// SSD slots the policy keeps free: the volume's reserve target
+    /// ([`Volume::reserve_target`]), the geometry's reserve unless set with
+    /// [`Migrator::set_reserve_extents`].
     pub fn reserve_extents(&self) -> u64 {
-        self.reserve_target.load(Ordering::Relaxed)
+        u64::from(self.vol.reserve_target())
     }
 
-    /// Change the reserve target live (clamped to the SSD's slots). Only the
-    /// policy's demotions follow it; the volume's capacity does not change.
+    /// Change the reserve target live (clamped to the SSD's slots); the
+    /// volume's capacity does not change ([`Volume::set_reserve_target`]).
     pub fn set_reserve_extents(&self, extents: u64) {
-        let max = u64::from(self.vol.geometry().ssd_slots);
-        self.reserve_target
-            .store(extents.min(max), Ordering::Relaxed);
+        self.vol.set_reserve_target(extents);
     }
 
     /// Rounds run so far.
@@ -415,8 +409,8 @@ impl Migrator {
         }
         let geo = *vol.geometry();
         // Shadows give way when the HDD runs short of free slots (demotions
-        // and new data need them): keep more free than the reserve.
-        let spare = u64::from(geo.reserve_extents.max(1));
+        // and new data need them): keep more free than the reserve target.
+        let spare = self.reserve_extents().max(1);
         let hdd_free = u64::from(vol.free_slots(Tier::Hdd));
         if hdd_free <= spare {
             match vol.drop_shadows((spare + 1 - hdd_free) as usize, None) {

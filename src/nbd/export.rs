@@ -3,8 +3,9 @@
 //! [`Export`] is the small object-safe trait the server calls. Data moves
 //! through one [`Export::read`] and one [`Export::write`], each taking an
 //! [`IoCtx`]: the connection's stream hint, whether the call may wait for a
-//! device (without waiting, an export answers [`ExportError::WouldBlock`]
-//! and the server retries on a blocking thread) and FUA. The capability
+//! device (without waiting, an export answers [`ExportError::WouldBlock`])
+//! and FUA; a short READ goes through [`Export::read_or_wait`], which
+//! tells the server just before it would wait. The capability
 //! methods say what the export supports; the server derives the
 //! transmission flags it advertises from them, and refuses commands the
 //! export cannot serve. [`Export::connect`] gives each client connection its
@@ -197,6 +198,36 @@ pub trait Export: Send + Sync + 'static {
     fn size(&self) -> u64;
     /// Fill `buf` with the bytes at `offset`.
     fn read(&self, offset: u64, buf: &mut [u8], ctx: IoCtx) -> Result<(), ExportError>;
+    /// A READ that goes down once: served at once when nothing has to
+    /// wait (data in the page cache); else `before_wait` is called, once,
+    /// just before the first wait (the server hands its socket to another
+    /// thread there), and the read goes on waiting from where it was,
+    /// recording nothing twice. `ctx.may_block` is not looked at. Default:
+    /// [`Export::read`] without waiting, and where it would block,
+    /// `before_wait` and [`Export::read`] again, waiting.
+    fn read_or_wait(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        ctx: IoCtx,
+        before_wait: &mut dyn FnMut(),
+    ) -> Result<(), ExportError> {
+        let nowait = IoCtx {
+            may_block: false,
+            ..ctx
+        };
+        match self.read(offset, buf, nowait) {
+            Err(ExportError::WouldBlock) => {
+                before_wait();
+                let wait = IoCtx {
+                    may_block: true,
+                    ..ctx
+                };
+                self.read(offset, buf, wait)
+            }
+            other => other,
+        }
+    }
     /// Zero-copy READ (a capability): move the `len` bytes at `offset`
     /// into the pipe `pipe`, for the server to splice to the socket, and
     /// keep them the data of that range while they are in flight. `None`

@@ -10,37 +10,49 @@
 //! - [`export`]: the [`Export`] trait, [`IoCtx`], [`ExportError`] (the one
 //!   errno mapping).
 //! - [`mem`]: [`MemExport`], a sparse in-memory export.
-//! - [`proto`]: wire constants (the NBD errnos among them), option/request
-//!   parsing, message encoding.
-//! - `handshake`: newstyle handshake, option haggling, STARTTLS, the
-//!   transmission flags derived from the export's capabilities.
-//! - `request`: reading and validating request headers and payloads.
-//! - `reply`: simple/structured replies and block-status descriptors.
-//! - `transmission`: the async per-connection request loop, permits, the
-//!   writer (TLS and in-memory streams, or every stream with `threads = 0`).
-//! - `threaded`: the transmission phase of plain TCP and Unix sockets on a
-//!   few blocking threads per connection, each serving whole requests.
+//! - [`proto`]: the wire format: its constants (the NBD errnos among them)
+//!   apart from the codec (option/request parsing, message encoding).
 //! - [`server`]: the [`Server`]: listeners, accept loop, connection lifetime,
-//!   shutdown.
+//!   shutdown; `options`: what it and both phases share
+//!   ([`ServerOptions`], [`RequestObserver`], [`ConnectionError`]).
+//! - `handshake`: newstyle handshake, option haggling, STARTTLS, ending in
+//!   the `session` (what was settled, and the export's capabilities).
+//! - `transmission`: the one request loop of every connection, on a
+//!   `wire`: a plain socket (`socket`, with zero-copy READs from `splice`)
+//!   or any other stream, TLS or in-memory (`bridge`); its threads are the
+//!   `pool`'s, its memory the `budget`'s.
+//! - `request`: reading and validating request headers and payloads;
+//!   `reply`: simple/structured replies and block-status descriptors.
 //! - [`tls`]: rustls configuration for `NBD_OPT_STARTTLS`.
+//!
+//! From the socket to the export, a READ passes `server` (the accepted
+//! connection), `handshake`, `transmission` (with `socket` and `request`
+//! under it) and `reply`, then [`Export::read_or_wait`].
 
+mod bridge;
+mod budget;
 pub mod client;
 pub mod export;
 mod handshake;
+mod lock;
 pub mod mem;
+mod options;
+mod pool;
 pub mod proto;
 mod reply;
 mod request;
 pub mod server;
+mod session;
 mod socket;
 mod splice;
-mod threaded;
 pub mod tls;
 mod transmission;
+mod wire;
 
 pub use export::{
     Export, ExportConn, ExportError, IoCtx, NoHints, RequestInfo, RequestKind, StatusRun,
 };
 pub use mem::MemExport;
-pub use server::{ConnectionError, NoObserver, RequestObserver, Server, ServerOptions};
+pub use options::{ConnectionError, NoObserver, RequestObserver, ServerOptions};
+pub use server::Server;
 pub use tls::{ServerTls, TlsError, TlsFiles};

@@ -3,8 +3,8 @@
 //! allocation runs into `base:allocation` descriptors.
 
 use super::export::StatusRun;
-use super::handshake::BASE_ALLOCATION_ID;
 use super::proto::{self, Descriptor};
+use super::session::BASE_ALLOCATION_ID;
 
 /// Most descriptors sent in one `base:allocation` chunk.
 pub(super) const MAX_DESCRIPTORS: usize = 16 * 1024;

@@ -3,16 +3,11 @@
 //! [`Request`] into an [`Op`] for the export or a [`Refusal`] answered with
 //! an errno before the export is ever called.
 
-use tokio::io::{AsyncRead, AsyncReadExt};
-
 use super::export::{RequestInfo, RequestKind};
-use super::handshake::Session;
 use super::proto::{self, Request};
 use super::reply::MAX_DESCRIPTORS;
+use super::session::Session;
 use crate::units::IoHint;
-
-/// Scratch buffer size used to discard unwanted payloads.
-const DISCARD_CHUNK: usize = 64 * 1024;
 
 /// A validated request ready to run against the export.
 #[derive(Debug)]
@@ -304,49 +299,9 @@ pub(super) fn validate(
     }
 }
 
-/// Read a request header. `Ok(false)`: clean end of stream before its first byte.
-pub(super) async fn read_header<R>(
-    rd: &mut R,
-    hdr: &mut [u8; proto::REQUEST_HEADER_LEN],
-) -> std::io::Result<bool>
-where
-    R: AsyncRead + Unpin,
-{
-    let mut filled = 0;
-    while filled < hdr.len() {
-        let n = rd.read(&mut hdr[filled..]).await?;
-        if n == 0 {
-            if filled == 0 {
-                return Ok(false);
-            }
-            return Err(eof_inside("a request header"));
-        }
-        filled += n;
-    }
-    Ok(true)
-}
-
-/// Read and drop `n` bytes through a small scratch buffer.
-pub(super) async fn discard<R>(rd: &mut R, mut n: u64) -> std::io::Result<()>
-where
-    R: AsyncRead + Unpin,
-{
-    if n == 0 {
-        return Ok(());
-    }
-    let mut scratch = vec![0u8; DISCARD_CHUNK.min(usize::try_from(n).unwrap_or(DISCARD_CHUNK))];
-    while n > 0 {
-        let want = scratch
-            .len()
-            .min(usize::try_from(n).unwrap_or(scratch.len()));
-        rd.read_exact(&mut scratch[..want]).await?;
-        n -= want as u64;
-    }
-    Ok(())
-}
-
-/// [`read_header`] for a blocking reader (the threaded transmission loop).
-pub(super) fn read_header_blocking<R: std::io::Read>(
+/// Read a request header. `Ok(false)`: clean end of stream before its first
+/// byte.
+pub(super) fn read_header<R: std::io::Read>(
     rd: &mut R,
     hdr: &mut [u8; proto::REQUEST_HEADER_LEN],
 ) -> std::io::Result<bool> {
@@ -368,8 +323,8 @@ pub(super) fn read_header_blocking<R: std::io::Read>(
     Ok(true)
 }
 
-/// [`discard`] for a blocking reader.
-pub(super) fn discard_blocking<R: std::io::Read>(rd: &mut R, n: u64) -> std::io::Result<()> {
+/// Read and drop `n` bytes (a refused WRITE's payload).
+pub(super) fn discard<R: std::io::Read>(rd: &mut R, n: u64) -> std::io::Result<()> {
     let copied = std::io::copy(&mut std::io::Read::take(&mut *rd, n), &mut std::io::sink())?;
     if copied != n {
         return Err(eof_inside("a payload"));
@@ -380,7 +335,7 @@ pub(super) fn discard_blocking<R: std::io::Read>(rd: &mut R, n: u64) -> std::io:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nbd::handshake::Caps;
+    use crate::nbd::session::Caps;
     use crate::nbd::MemExport;
 
     fn session(caps: Caps) -> Session {

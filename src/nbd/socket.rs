@@ -1,12 +1,13 @@
-//! The socket side of the threaded transmission loop: [`Sock`], a plain
-//! TCP or Unix socket in blocking mode (the remote client's stream too);
-//! its reading half under the
-//! reader's buffer ([`Capped`], which after a long WRITE receives one
-//! request header at a time and polls briefly for the next request before
-//! it sleeps, see [`Poll`]; and [`receive`], which takes a long payload
-//! straight from the socket into the thread's buffer); and its writing
-//! half, [`Replies`], which gathers short replies into one send and sends
-//! long READ data from the thread's buffer or, zero-copy, out of its pipe.
+//! The socket side of the transmission loop: [`Sock`], a plain TCP or Unix
+//! socket in blocking mode (the remote client's stream too), one of the
+//! two [`Wire`]s; and, over any wire, its reading half under the reader's
+//! buffer ([`Capped`], which after a long WRITE receives one request header
+//! at a time and, on a wire that can tell, polls briefly for the next
+//! request before it sleeps, see [`Poll`]; and [`receive`], which takes a
+//! long payload straight from the wire into the thread's buffer); and its
+//! writing half, [`Replies`], which gathers short replies into one send
+//! and sends long READ data from the thread's buffer or, zero-copy, out of
+//! its pipe.
 
 use std::any::Any;
 use std::io::{self, BufReader, IoSlice, Read, Write};
@@ -19,6 +20,7 @@ use rustix::io::Errno;
 
 use super::proto;
 use super::splice::{send_spliced, Pipe};
+use super::wire::Wire;
 
 /// Buffered reply bytes before a write reaches the socket regardless.
 pub(super) const WRITE_BUFFER: usize = 256 * 1024;
@@ -47,13 +49,6 @@ impl AsFd for Sock {
 }
 
 impl Sock {
-    pub(super) fn try_clone(&self) -> io::Result<Sock> {
-        Ok(match self {
-            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
-            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
-        })
-    }
-
     /// Time out blocking receives and sends after `t` (`None`: never).
     pub(super) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
@@ -77,10 +72,29 @@ impl Sock {
         }
     }
 
-    /// Whether bytes wait to be read, asked without waiting and without
-    /// the socket's lock (a receive would take it, against the kernel
-    /// delivering the data); an interrupted ask says no.
-    pub(super) fn ready(&self) -> io::Result<bool> {
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Sock::Tcp(s) => s.as_fd(),
+            Sock::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+impl Wire for Sock {
+    fn try_clone(&self) -> io::Result<Sock> {
+        Ok(match self {
+            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
+            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
+        })
+    }
+
+    fn peeks(&self) -> bool {
+        true
+    }
+
+    /// Asked without the socket's lock (a receive would take it, against
+    /// the kernel delivering the data); an interrupted ask says no.
+    fn ready(&self) -> io::Result<bool> {
         let mut fds = [PollFd::new(self, PollFlags::IN)];
         match rustix::event::poll(&mut fds, Some(&Timespec::default())) {
             Ok(n) => Ok(n > 0),
@@ -89,18 +103,16 @@ impl Sock {
         }
     }
 
-    pub(super) fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Sock::Tcp(s) => s.as_fd(),
-            Sock::Unix(s) => s.as_fd(),
-        }
-    }
-
-    pub(super) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         match self {
             Sock::Tcp(s) => s.shutdown(how),
             Sock::Unix(s) => s.shutdown(how),
         }
+    }
+
+    fn splice_target(&self) -> Option<(BorrowedFd<'_>, bool)> {
+        // TCP may hold a head back for the data that follows it.
+        Some((self.fd(), matches!(self, Sock::Tcp(_))))
     }
 }
 
@@ -139,13 +151,13 @@ impl Write for Sock {
 /// payload that would have followed it into the buffer is received
 /// straight into the serving thread's buffer instead of copied out of it.
 /// A receive that finds nothing waiting first polls ([`Poll`]).
-pub(super) struct Capped {
-    pub(super) sock: Sock,
+pub(super) struct Capped<W> {
+    pub(super) sock: W,
     pub(super) cap: usize,
     pub(super) poll: Poll,
 }
 
-impl Read for Capped {
+impl<W: Wire> Read for Capped<W> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = buf.len().min(self.cap);
         let buf = &mut buf[..n];
@@ -230,7 +242,7 @@ impl Poll {
 }
 
 /// The stream as a blocking socket when it is a tokio TCP or Unix stream;
-/// else the stream back, for the async loop.
+/// else the stream back (to be bridged).
 pub(super) fn into_blocking<S: 'static>(stream: S) -> Result<io::Result<Sock>, S> {
     let any: Box<dyn Any> = Box::new(stream);
     let any = match any.downcast::<tokio::net::TcpStream>() {
@@ -260,12 +272,12 @@ pub(super) fn into_blocking<S: 'static>(stream: S) -> Result<io::Result<Sock>, S
 
 /// The write side: replies gathered in `buf` and sent together; long read
 /// data goes out from the thread's buffer in the same system call.
-pub(super) struct Replies {
-    pub(super) sock: Sock,
+pub(super) struct Replies<W> {
+    pub(super) sock: W,
     pub(super) buf: Vec<u8>,
 }
 
-impl Replies {
+impl<W: Wire> Replies<W> {
     /// Queue (or send) one reply.
     pub(super) fn push(&mut self, head: &[u8], data: &[u8]) -> io::Result<()> {
         let fits = self.buf.len() + head.len() + data.len() <= WRITE_BUFFER;
@@ -274,17 +286,21 @@ impl Replies {
             self.buf.extend_from_slice(data);
             return Ok(());
         }
-        let r = write_all_vectored(&mut self.sock, &[&self.buf, head, data]);
+        let r = write_all_vectored(&mut self.sock, &[&self.buf, head, data])
+            .and_then(|()| self.sock.flush());
         self.buf.clear();
         r
     }
 
     /// Send what is queued, then `head`, then `len` bytes out of `pipe`
-    /// (a zero-copy READ reply).
+    /// (a zero-copy READ reply; only on a wire with a
+    /// [`splice_target`](Wire::splice_target)).
     pub(super) fn push_spliced(&mut self, head: &[u8], pipe: &Pipe, len: usize) -> io::Result<()> {
         self.buf.extend_from_slice(head);
-        let more = matches!(self.sock, Sock::Tcp(_));
-        let r = send_spliced(self.sock.fd(), more, &self.buf, pipe, len);
+        let r = match self.sock.splice_target() {
+            Some((fd, more)) => send_spliced(fd, more, &self.buf, pipe, len),
+            None => Err(io::Error::other("this stream takes no spliced pages")),
+        };
         self.buf.clear();
         r
     }
@@ -294,7 +310,10 @@ impl Replies {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let r = self.sock.write_all(&self.buf);
+        let r = self
+            .sock
+            .write_all(&self.buf)
+            .and_then(|()| self.sock.flush());
         self.buf.clear();
         r
     }
@@ -329,7 +348,11 @@ fn write_all_vectored(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
 ///
 /// The reader's next receives are capped at one request header after a
 /// long payload, and not capped after anything else (see [`Capped`]).
-pub(super) fn receive(rd: &mut BufReader<Capped>, buf: &mut Vec<u8>, len: u32) -> io::Result<()> {
+pub(super) fn receive<W: Wire>(
+    rd: &mut BufReader<Capped<W>>,
+    buf: &mut Vec<u8>,
+    len: u32,
+) -> io::Result<()> {
     let dst = room(buf, len as usize);
     let have = rd.buffer().len().min(dst.len());
     let long = dst.len() >= DIRECT_RECEIVE;
@@ -366,7 +389,7 @@ mod tests {
 
     use super::{Capped, Poll, Sock, POLL_CREDIT};
 
-    fn capped(window: Duration) -> (Capped, UnixStream) {
+    fn capped(window: Duration) -> (Capped<Sock>, UnixStream) {
         let (a, b) = UnixStream::pair().expect("a socket pair");
         let c = Capped {
             sock: Sock::Unix(a),

@@ -6,8 +6,8 @@
 //! kernel's socket layer takes the pages themselves (on loopback the client
 //! copies them out once, as it would anyway).
 //!
-//! The threaded loop uses it for READs longer than its copy limit, when the
-//! export answers; anything else takes the copying path. A pipe holds at
+//! The transmission loop uses it on plain sockets for READs longer than its
+//! copy limit, when the export answers; anything else takes the copying path. A pipe holds at
 //! most [`PIPE_ROOM`] bytes (the default limit of `F_SETPIPE_SZ` for a
 //! process without `CAP_SYS_RESOURCE`), so longer READs are copied.
 

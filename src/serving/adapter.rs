@@ -94,6 +94,18 @@ impl Export for VolumeExport {
         }
     }
 
+    fn read_or_wait(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        ctx: IoCtx,
+        before_wait: &mut dyn FnMut(),
+    ) -> Result<(), ExportError> {
+        self.volume
+            .read_or_wait(offset, buf, ctx.hint, before_wait)
+            .map_err(export_error)
+    }
+
     fn read_to_pipe(
         &self,
         offset: u64,

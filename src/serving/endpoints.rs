@@ -6,15 +6,15 @@
 //! directory made for it.
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, UnixListener};
 use tracing::warn;
 
-use super::service::ServiceError;
-use super::{control, metrics};
+use super::error::ServiceError;
+use super::metrics;
 use crate::config::Config;
 
 /// The bound endpoints the configuration asks for; each `None` when turned
@@ -67,7 +67,7 @@ impl Endpoints {
         }
         if let Some(path) = cfg.control_path() {
             e.made_dirs = missing_dirs(path.parent());
-            let l = control::bind(&path)
+            let l = bind_control(&path)
                 .map_err(|e| ServiceError::Refused(crate::units::error_text(&e)))?;
             e.control = Some((path, l));
         }
@@ -114,6 +114,68 @@ fn bind_unix(path: &Path) -> Result<UnixListener, ServiceError> {
         UnixListener::bind(path).map_err(io_err(format!("binding {}", path.display())))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(io_err(format!("restricting {}", path.display())))?;
+    Ok(listener)
+}
+
+/// Why the control socket cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Something else sits at the socket path.
+    #[error("{0} exists and is not a socket; refusing to replace it")]
+    NotASocket(String),
+    /// Another process answers on the socket.
+    #[error("another process serves on the control socket {0} (is another tierd running? set control to another path, or \"\" for none)")]
+    InUse(String),
+    /// A file operation failed.
+    #[error("control socket {path}: {what}")]
+    Io {
+        /// The socket path.
+        path: String,
+        /// What failed.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Bind the control socket at `path` (replacing a stale socket, never
+/// anything else) with mode 0600.
+pub fn bind_control(path: &Path) -> Result<UnixListener, ControlError> {
+    let p = path.display().to_string();
+    let io = |what: &'static str| {
+        let path = p.clone();
+        move |source| ControlError::Io { path, what, source }
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(ControlError::NotASocket(p));
+        }
+        if socket_answers(path) {
+            return Err(ControlError::InUse(p));
+        }
+        std::fs::remove_file(path).map_err(io("removing the stale socket"))?;
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io("creating its directory"))?;
+    }
+    // Bound under a private name, restricted, then renamed into place, so
+    // the path never shows the socket with the umask's mode (a client
+    // waiting for the path saw 0755 before the chmod).
+    let name = path.file_name().map_or_else(
+        || "control.sock".into(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp).map_err(io("binding"))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .map_err(io("restricting it to mode 0600"))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(io("moving it into place")));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     Ok(listener)
 }
 

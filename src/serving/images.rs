@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use tracing::{info, warn};
 
-use super::service::{io_ctx, Result, ServiceError};
+use super::error::{io_ctx, Result, ServiceError};
 use crate::config::{Config, Loaded};
 use crate::device::FileDevice;
 use crate::units::{human_bytes, ByteSize};

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::settings::Settings;
 use crate::control::{
     AdmissionStatus, HealthStatus, LatencySummary, MigrationStatus, OpLatency, ReasonCount,
     ReserveStatus, ShadowStatus, Status, TierStatus, WorkingSetStatus, WriteLogStatus,
@@ -184,9 +183,6 @@ pub struct Live {
     client_errors: Arc<ClientErrors>,
     /// `client_errors` when the previous `status` was answered.
     client_errors_seen: AtomicU64,
-    /// The configuration in force and the live settings, when the daemon
-    /// has them (`None` in tests that build a bare `Live`).
-    pub settings: Option<Arc<Settings>>,
     /// The export's trace recorder (`tierctl trace`).
     pub recorder: Arc<super::recorder::Recorder>,
 }
@@ -211,7 +207,6 @@ impl Live {
             errors: Mutex::new((0, None)),
             client_errors: Arc::new(ClientErrors::default()),
             client_errors_seen: AtomicU64::new(0),
-            settings: None,
             recorder: Arc::new(super::recorder::Recorder::new()),
         }
     }
@@ -226,12 +221,6 @@ impl Live {
     /// The recorder the export tells of every request.
     pub fn with_recorder(mut self, recorder: Arc<super::recorder::Recorder>) -> Live {
         self.recorder = recorder;
-        self
-    }
-
-    /// With the daemon's settings (`tierctl config`, reload).
-    pub fn with_settings(mut self, settings: Arc<Settings>) -> Live {
-        self.settings = Some(settings);
         self
     }
 
@@ -550,7 +539,9 @@ impl Live {
         };
         Status {
             admission,
-            evacuation: self.settings.as_ref().and_then(|st| st.evacuation(self)),
+            // The settings know what is drained: the control server,
+            // which holds them, fills this in.
+            evacuation: None,
             working_set: self.working_set(),
             health: {
                 let h = self.health();

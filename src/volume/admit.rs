@@ -233,7 +233,7 @@ impl Volume {
     fn admission_room(&self) -> usize {
         self.geo
             .ssd_slots
-            .saturating_sub(self.geo.reserve_extents)
+            .saturating_sub(self.reserve_target())
             .max(1) as usize
     }
 
@@ -394,7 +394,7 @@ impl Volume {
     /// volume holds, not by the free slots alone, which swaps in flight on
     /// a full volume open and close.
     pub fn admission_keeps_copies(&self) -> bool {
-        let spare = 2 * u64::from(self.geo.reserve_extents.max(1));
+        let spare = 2 * u64::from(self.reserve_target().max(1));
         let mapped: u64 = self.map.counts().mapped.iter().sum();
         self.shadows_enabled()
             && mapped + spare <= u64::from(self.geo.hdd_slots)
@@ -408,7 +408,7 @@ impl Volume {
         let floor = if self.admission_keeps_copies() {
             0
         } else {
-            self.geo.reserve_extents
+            self.reserve_target()
         };
         if self.alloc.free_count(Tier::Ssd) > floor {
             return Ok(true);

@@ -135,13 +135,23 @@ impl Volume {
 
     /// [`Volume::read`] with the protocol layer's stream hint (for heat).
     pub fn read_hinted(&self, offset: u64, buf: &mut [u8], hint: IoHint) -> VolumeResult<()> {
-        // With waiting allowed the shared path always answers.
-        self.read_into(offset, buf, hint, true).unwrap_or_else(|| {
-            Err(VolumeError::Io {
-                device: "volume".into(),
-                source: std::io::Error::other("a blocking read gave no answer"),
-            })
-        })
+        answered(self.read_into(offset, buf, hint, &mut Wait::Always))
+    }
+
+    /// [`Volume::read_hinted`] that goes down once: served without
+    /// waiting where nothing has to wait; where something would (an
+    /// extent being changed, data not in the page cache), `before_wait` is
+    /// called first, once, and the read waits from there on, recording
+    /// nothing twice. The NBD server's short reads come this way: it hands
+    /// its socket to another thread in `before_wait`.
+    pub fn read_or_wait(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        hint: IoHint,
+        before_wait: &mut dyn FnMut(),
+    ) -> VolumeResult<()> {
+        answered(self.read_into(offset, buf, hint, &mut Wait::After(before_wait)))
     }
 
     /// [`Volume::read_hinted`] without waiting: `None` when any part would
@@ -154,7 +164,7 @@ impl Volume {
         buf: &mut [u8],
         hint: IoHint,
     ) -> Option<VolumeResult<()>> {
-        self.read_into(offset, buf, hint, false)
+        self.read_into(offset, buf, hint, &mut Wait::Never)
     }
 
     /// Zero-copy read: move the `len` bytes at `offset` into `pipe` without
@@ -228,17 +238,18 @@ impl Volume {
         Some(Ok(()))
     }
 
-    /// The read path of both [`Volume::read_hinted`] (`wait`) and
-    /// [`Volume::read_nowait`]: unmapped space and unwritten blocks read as
-    /// zeros without touching a device. Without `wait`, `None` means some
-    /// part would have waited. Heat and counters are recorded only for a
-    /// read that completed.
+    /// The read path of [`Volume::read_hinted`] ([`Wait::Always`]),
+    /// [`Volume::read_nowait`] ([`Wait::Never`]) and
+    /// [`Volume::read_or_wait`] ([`Wait::After`]): unmapped space and
+    /// unwritten blocks read as zeros without touching a device. `None`
+    /// means some part would have waited and `wait` is `Never`. Heat and
+    /// counters are recorded only for a read that completed, and once.
     fn read_into(
         &self,
         offset: u64,
         buf: &mut [u8],
         hint: IoHint,
-        wait: bool,
+        wait: &mut Wait<'_>,
     ) -> Option<VolumeResult<()>> {
         if let Err(e) = self.check(offset, buf.len() as u64) {
             return Some(Err(e));
@@ -251,8 +262,15 @@ impl Volume {
         let mut misses: Vec<u64> = Vec::new();
         for p in self.pieces(offset, buf.len() as u64) {
             let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
-            let lock = self.slot_lock(p.extent);
-            let guard = if wait { lock.read() } else { lock.try_read()? };
+            let guard = if wait.waits() {
+                self.slot_lock(p.extent).read()
+            } else {
+                match self.slot_lock(p.extent).try_read() {
+                    Some(g) => g,
+                    None if wait.start() => self.slot_lock(p.extent).read(),
+                    None => return None,
+                }
+            };
             let Some(m) = guard.as_ref() else {
                 unmapped += 1;
                 unmapped_bytes += p.len;
@@ -266,27 +284,40 @@ impl Volume {
                 if hits_on {
                     self.note_hit(p.extent);
                 }
-            } else if misses_on.is_some() && wait {
+            } else if misses_on.is_some() && !matches!(wait, Wait::Never) {
+                // Noted at the end if the read waited.
                 misses.push(p.extent);
             }
             let mut read = |part: &mut [u8], tier: Tier, at: u64| -> Option<VolumeResult<()>> {
                 let dev = self.devices.get(tier);
-                let timed = wait && tier == Tier::Hdd;
-                let (t0, io0) = if timed {
-                    (self.clock.now(), self.clock.io_now())
+                let at_once = if wait.waits() {
+                    None
                 } else {
-                    (Duration::ZERO, Duration::ZERO)
+                    match dev.read_at_nowait(part, at) {
+                        Some(r) => Some(r),
+                        None if wait.start() => None,
+                        None => return None,
+                    }
                 };
-                let r = if wait {
-                    dev.read_at(part, at)
-                } else {
-                    dev.read_at_nowait(part, at)?
+                let r = match at_once {
+                    Some(r) => r,
+                    None => {
+                        // Only HDD reads that wait feed the migrator's backoff.
+                        let timed = tier == Tier::Hdd;
+                        let (t0, io0) = if timed {
+                            (self.clock.now(), self.clock.io_now())
+                        } else {
+                            (Duration::ZERO, Duration::ZERO)
+                        };
+                        let r = dev.read_at(part, at);
+                        if timed {
+                            let t1 = self.clock.now();
+                            self.hdd_latency.sample(t1.saturating_sub(t0), t1);
+                            self.hdd_foreground_done(io0);
+                        }
+                        r
+                    }
                 };
-                if timed {
-                    let t1 = self.clock.now();
-                    self.hdd_latency.sample(t1.saturating_sub(t0), t1);
-                    self.hdd_foreground_done(io0);
-                }
                 let i = tier.index();
                 if let Err(e) = r {
                     Stats::add(&self.stats.dev_errors[i], 1);
@@ -357,7 +388,7 @@ impl Volume {
         }
         Stats::add(&self.stats.read_unmapped, unmapped);
         Stats::add(&self.stats.read_unmapped_bytes, unmapped_bytes);
-        if let Some(kind) = misses_on {
+        if let Some(kind) = misses_on.filter(|_| wait.waits()) {
             for e in misses {
                 self.note_miss(e, kind);
             }
@@ -412,6 +443,47 @@ impl Volume {
         }
         Ok(runs)
     }
+}
+
+/// When a read may wait for an extent's lock or a device.
+enum Wait<'a> {
+    /// Never: the read answers `None` where it would.
+    Never,
+    /// Whenever it needs to.
+    Always,
+    /// Not until it must; then the hook is called, once, and the read
+    /// waits from there on ([`Volume::read_or_wait`]).
+    After(&'a mut dyn FnMut()),
+    /// An `After` read that has started to wait.
+    Waited,
+}
+
+impl Wait<'_> {
+    /// Whether the read waits without trying first.
+    fn waits(&self) -> bool {
+        matches!(self, Wait::Always | Wait::Waited)
+    }
+
+    /// The read must wait now: whether it may (the hook told first).
+    fn start(&mut self) -> bool {
+        match self {
+            Wait::Never => return false,
+            Wait::Always | Wait::Waited => return true,
+            Wait::After(before) => before(),
+        }
+        *self = Wait::Waited;
+        true
+    }
+}
+
+/// What a read that may wait answered (it always answers).
+fn answered(r: Option<VolumeResult<()>>) -> VolumeResult<()> {
+    r.unwrap_or_else(|| {
+        Err(VolumeError::Io {
+            device: "volume".into(),
+            source: std::io::Error::other("a blocking read gave no answer"),
+        })
+    })
 }
 
 /// Blocks `first..first + count` of an extent, whose newest data is

@@ -143,6 +143,12 @@ impl WriteLog {
             || (inner.cap > inner.used.len() as u32 && alloc.free_count(Tier::Ssd) > 0)
     }
 
+    /// Change the cap; segments held beyond a lowered one go back as they
+    /// empty.
+    pub(crate) fn set_cap(&self, cap: u32) {
+        self.inner.lock().cap = cap;
+    }
+
     /// Whether the log may take another segment (it is below its cap).
     pub(crate) fn may_grow(&self) -> bool {
         let inner = self.inner.lock();

@@ -153,6 +153,9 @@ pub struct Volume {
     log_enabled: AtomicBool,
     /// Promotions may keep their HDD slot as a shadow.
     shadows_enabled: AtomicBool,
+    /// The reserve while the volume runs: SSD slots kept free
+    /// ([`Volume::reserve_target`]; the geometry's at open).
+    reserve_target: std::sync::atomic::AtomicU32,
     /// The tier an operator is draining (0 none, 1 SSD, 2 HDD): new data
     /// goes to the other tier first, and an SSD being drained takes no
     /// writes into the write log.
@@ -482,6 +485,30 @@ impl Volume {
     /// How full the write log is.
     pub fn log_usage(&self) -> LogUsage {
         self.log.usage()
+    }
+
+    /// The reserve while the volume runs: the SSD slots kept free. It
+    /// starts at the geometry's (fixed at format, which also sizes the
+    /// volume) and moves with [`Volume::set_reserve_target`]. What keeps
+    /// that room follows it: the migrator's demotions, the HDD room clean
+    /// shadows and pre-cleaning leave for them, admissions, and the write
+    /// log.
+    pub fn reserve_target(&self) -> u32 {
+        self.reserve_target
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Keep `extents` SSD slots free from now on (clamped to the SSD's
+    /// slots); the capacity does not change. The write log, which lives in
+    /// that room, may take what [`log::cap_for`] leaves of it, and never
+    /// more than of the reserve fixed at format (the only room a full
+    /// volume has).
+    pub fn set_reserve_target(&self, extents: u64) {
+        let target = extents.min(u64::from(self.geo.ssd_slots)) as u32;
+        self.reserve_target
+            .store(target, std::sync::atomic::Ordering::Relaxed);
+        self.log
+            .set_cap(log::cap_for(target.min(self.geo.reserve_extents)));
     }
 
     /// Free slots on a tier (not counting slots awaiting a flush).

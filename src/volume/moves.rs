@@ -307,7 +307,7 @@ impl Volume {
         // shadows switched off.
         let mut clean_room = usize::MAX;
         if goal == Goal::Clean {
-            let spare = u64::from(self.geo.reserve_extents.max(1));
+            let spare = u64::from(self.reserve_target().max(1));
             let room = u64::from(self.alloc.free_count(Tier::Hdd)).saturating_sub(spare + 1);
             clean_room = room as usize;
             if !self.shadows_enabled.load(Ordering::Relaxed) || room == 0 {
@@ -411,7 +411,7 @@ impl Volume {
         dsts.sort_by_key(|d| std::cmp::Reverse(d.slot));
         // A promoted extent keeps its HDD slot as a shadow while the HDD has
         // more free slots than the reserve (the room demotions need).
-        let spare = u64::from(self.geo.reserve_extents.max(1));
+        let spare = u64::from(self.reserve_target().max(1));
         let mut hdd_free = u64::from(self.alloc.free_count(Tier::Hdd));
         // A drained HDD keeps no copies.
         let shadows =

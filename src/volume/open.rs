@@ -346,6 +346,7 @@ impl Volume {
             u64::from(geo.ssd_slots.saturating_sub(geo.reserve_extents)),
         );
         Ok(Volume {
+            reserve_target: std::sync::atomic::AtomicU32::new(geo.reserve_extents),
             geo,
             id,
             devices: super::DeviceSlots::new(devices),

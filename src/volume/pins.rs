@@ -47,7 +47,7 @@ impl Volume {
         if tier.is_some() || new.iter().any(|p| p.start < end && start < p.end) {
             new.push(Pin { start, end, tier });
         }
-        let room = u64::from(self.geo.ssd_slots - self.geo.reserve_extents);
+        let room = u64::from(self.geo.ssd_slots - self.reserve_target());
         let pinned: u64 = pinned_ranges(&new, Tier::Ssd, self.geo.logical_extents())
             .iter()
             .map(|r| r.end - r.start)

@@ -226,3 +226,31 @@ pub fn power_cycle(
     assert_accounting(&vol, total_slots);
     vol
 }
+
+/// On a bed of 8 SSD and 16 HDD slots: six extents written on the HDD and
+/// promoted, keeping clean shadows (and kept in use, so new data does not
+/// push them out), then new extents until the HDD has `hdd_free` free
+/// slots. Returns the model of the volume's data.
+pub fn shadows_then_new_data(bed: &Bed, vol: &Volume, hdd_free: u32) -> Vec<u8> {
+    let mut model = model_of(vol);
+    for e in 0..6 {
+        hdd_extent(vol, &mut model, e, 0, &pattern(e, EXTENT as usize));
+    }
+    for e in 0..6 {
+        assert!(matches!(migrate(vol, e, Tier::Ssd), MoveOutcome::Moved(_)));
+        heat_up(vol, e, 1);
+    }
+    vol.heat()
+        .tick(tierd::clock::Clock::now(bed.clock.as_ref()));
+    let mut e = 6;
+    while vol.free_slots(Tier::Hdd) > hdd_free {
+        put(
+            vol,
+            &mut model,
+            e * EXTENT,
+            &pattern(50 + e, EXTENT as usize),
+        );
+        e += 1;
+    }
+    model
+}

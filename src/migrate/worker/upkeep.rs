@@ -145,7 +145,7 @@ impl Migrator {
         // The volume gives no copy with shadows off, or when the HDD has no
         // slot to spare beyond the reserve's and one (`Volume::reserve_moves`,
         // `Goal::Clean`): then there is no need to look.
-        let spare = u64::from(vol.geometry().reserve_extents.max(1));
+        let spare = u64::from(vol.reserve_target().max(1));
         if !vol.shadows_enabled() || u64::from(vol.free_slots(Tier::Hdd)) <= spare + 1 {
             return false;
         }

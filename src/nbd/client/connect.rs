@@ -13,6 +13,7 @@ use tokio_rustls::rustls;
 use tracing::warn;
 
 pub(super) use super::super::socket::Sock;
+use super::super::wire::Wire;
 use super::{proto, ClientError, Endpoint, Target, MAX_OPTION_REPLY, MAX_REQUEST};
 
 /// Shut `sock` down both ways, waking a thread blocked on it.

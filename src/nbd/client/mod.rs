@@ -35,6 +35,7 @@ use tracing::{debug, info, warn};
 
 use super::proto;
 
+use super::wire::Wire;
 use connect::{close, handshake, Export, Sock};
 pub use target::{is_uri, Endpoint, Target};
 

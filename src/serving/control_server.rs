@@ -1,9 +1,9 @@
-//! The control server: a tokio Unix-socket listener that answers
-//! line-delimited JSON requests against the [`Live`] state.
+//! The control server: answers the control requests of
+//! [`crate::control`] (the messages `tierctl` shares with the daemon), one
+//! JSON line each, on the control socket that [`super::endpoints`] bound,
+//! against the daemon's [`Live`] state and its [`Settings`].
 
 use std::future::Future;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::Path;
 use std::sync::Arc;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -11,6 +11,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, info};
 
 use super::live::Live;
+use super::settings::Settings;
 use crate::control::{
     Ack, Cells, Explain, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder,
     Where, MAX_LINE,
@@ -21,79 +22,22 @@ use crate::migrate::policy::effective;
 use crate::units::human_bytes;
 use crate::volume::Tier;
 
-/// Why the control socket cannot be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum ControlError {
-    /// Something else sits at the socket path.
-    #[error("{0} exists and is not a socket; refusing to replace it")]
-    NotASocket(String),
-    /// Another process answers on the socket.
-    #[error("another process serves on the control socket {0} (is another tierd running? set control to another path, or \"\" for none)")]
-    InUse(String),
-    /// A file operation failed.
-    #[error("control socket {path}: {what}")]
-    Io {
-        /// The socket path.
-        path: String,
-        /// What failed.
-        what: &'static str,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// Bind the control socket at `path` (replacing a stale socket, never
-/// anything else) with mode 0600.
-pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
-    let p = path.display().to_string();
-    let io = |what: &'static str| {
-        let path = p.clone();
-        move |source| ControlError::Io { path, what, source }
-    };
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(ControlError::NotASocket(p));
-        }
-        if super::endpoints::socket_answers(path) {
-            return Err(ControlError::InUse(p));
-        }
-        std::fs::remove_file(path).map_err(io("removing the stale socket"))?;
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io("creating its directory"))?;
-    }
-    // Bound under a private name, restricted, then renamed into place, so
-    // the path never shows the socket with the umask's mode (a client
-    // waiting for the path saw 0755 before the chmod).
-    let name = path.file_name().map_or_else(
-        || "control.sock".into(),
-        |n| n.to_string_lossy().into_owned(),
-    );
-    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let listener = UnixListener::bind(&tmp).map_err(io("binding"))?;
-    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-        .map_err(io("restricting it to mode 0600"))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(io("moving it into place")));
-    if let Err(e) = placed {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(listener)
-}
-
 /// Answer control connections until `shutdown` completes.
-pub async fn serve(listener: UnixListener, live: Arc<Live>, shutdown: impl Future<Output = ()>) {
+pub async fn serve(
+    listener: UnixListener,
+    live: Arc<Live>,
+    settings: Option<Arc<Settings>>,
+    shutdown: impl Future<Output = ()>,
+) {
     let opts = LoopOptions {
         what: "control",
         limit: None,
         drain: Drain::Abort,
     };
     listen::serve(listener, opts, shutdown, |stream, _, _| {
-        let live = live.clone();
+        let (live, settings) = (live.clone(), settings.clone());
         async move {
-            if let Err(e) = connection(stream, live).await {
+            if let Err(e) = connection(stream, live, settings).await {
                 debug!("control connection ended: {e}");
             }
         }
@@ -101,7 +45,11 @@ pub async fn serve(listener: UnixListener, live: Arc<Live>, shutdown: impl Futur
     .await;
 }
 
-async fn connection(stream: UnixStream, live: Arc<Live>) -> std::io::Result<()> {
+async fn connection(
+    stream: UnixStream,
+    live: Arc<Live>,
+    settings: Option<Arc<Settings>>,
+) -> std::io::Result<()> {
     let (rd, mut wr) = stream.into_split();
     let mut rd = BufReader::new(rd);
     let mut line = Vec::new();
@@ -122,7 +70,7 @@ async fn connection(stream: UnixStream, live: Arc<Live>) -> std::io::Result<()> 
             continue;
         } else {
             match Request::parse(&line) {
-                Ok(req) => handle(&live, req).await,
+                Ok(req) => handle(&live, &settings, req).await,
                 Err(e) => Response::err(e.to_string()),
             }
         };
@@ -140,19 +88,23 @@ async fn write_response(
 }
 
 /// Answer one request (volume work runs on a blocking thread).
-pub async fn handle(live: &Arc<Live>, req: Request) -> Response {
-    let l = live.clone();
-    match tokio::task::spawn_blocking(move || handle_blocking(&l, req)).await {
+async fn handle(live: &Arc<Live>, settings: &Option<Arc<Settings>>, req: Request) -> Response {
+    let (l, st) = (live.clone(), settings.clone());
+    match tokio::task::spawn_blocking(move || handle_blocking(&l, st.as_deref(), req)).await {
         Ok(r) => r,
         Err(e) => Response::err(format!("internal error: {e}")),
     }
 }
 
-fn handle_blocking(live: &Live, req: Request) -> Response {
+fn handle_blocking(live: &Live, settings: Option<&Settings>, req: Request) -> Response {
     let vol = &live.volume;
     let es = vol.geometry().extent_size;
     match req {
-        Request::Status => Response::ok(live.status()),
+        Request::Status => {
+            let mut status = live.status();
+            status.evacuation = settings.and_then(|st| st.evacuation(live));
+            Response::ok(status)
+        }
         Request::Placement { offset, len, cells } => match clip(offset, len, vol.size()) {
             Ok(r) => Response::ok(placement(live, r.offset, r.end - r.offset, cells)),
             Err(e) => Response::err(e),
@@ -261,7 +213,7 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                     human_bytes(ssd * es)
                 ));
             }
-            let Some(settings) = &live.settings else {
+            let Some(settings) = settings else {
                 live.migrator.set_reserve_extents(extents);
                 live.wake();
                 return ack(
@@ -280,7 +232,7 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                 Err(e) => Response::err(e),
             }
         }
-        Request::ConfigShow => match &live.settings {
+        Request::ConfigShow => match settings {
             Some(s) => {
                 let mut rows = s.show();
                 // No reserve setting: the volume's own, fixed at format, is
@@ -297,14 +249,14 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
             }
             None => no_settings(),
         },
-        Request::ConfigSet { key, value } => match &live.settings {
+        Request::ConfigSet { key, value } => match settings {
             Some(s) => match s.set(live, &key, &value) {
                 Ok(done) => ack(live, done),
                 Err(e) => Response::err(e),
             },
             None => no_settings(),
         },
-        Request::ConfigReset { key } => match &live.settings {
+        Request::ConfigReset { key } => match settings {
             Some(s) => match s.reset(live, &key) {
                 Ok(done) => ack(live, done),
                 Err(e) => Response::err(e),
@@ -318,7 +270,7 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
                     None => Response::err("a plan needs a tier: ssd or hdd"),
                 };
             }
-            match &live.settings {
+            match settings {
                 Some(s) => match s.evacuate(live, tier) {
                     Ok(done) => ack(live, done),
                     Err(e) => Response::err(e),
@@ -327,11 +279,11 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
             }
         }
         Request::ReplaceSsd { path, force } => {
-            let cfg = match &live.settings {
+            let cfg = match settings {
                 Some(s) => s.config(),
                 None => return no_settings(),
             };
-            match super::service::replace_ssd(live, &cfg, &path, force) {
+            match super::open::replace_ssd(&live.volume, &cfg, &path, force) {
                 Ok(done) => ack(live, done),
                 Err(e) => Response::err(e),
             }
@@ -352,9 +304,9 @@ fn handle_blocking(live: &Live, req: Request) -> Response {
             Err(e) => Response::err(e.to_string()),
         },
         Request::TraceStatus => Response::ok(live.recorder.status()),
-        Request::Reload => match &live.settings {
+        Request::Reload => match settings {
             Some(s) => {
-                let r = super::service::reload(live, s);
+                let r = super::systemd::reload(live, s);
                 match r {
                     Ok(done) => ack(live, done),
                     Err(e) => Response::err(e),
