@@ -74,7 +74,7 @@ if [ "$BENCH" = 0 ]; then
 fi
 echo "== the same trace in the bench (virtual clock)" >&2
 "$TIERD" bench --trace "$TRACE" --trace-speed "$SPEED" --ssd-size "$SSD" --hdd-size "$HDD" \
-  --out "$KEEP/bench-report" --json >"$KEEP/bench.json"
+  --fill "$FILL" --out "$KEEP/bench-report" --json >"$KEEP/bench.json"
 jq -n --slurpfile d "$KEEP/daemon.json" --slurpfile b "$KEEP/bench.json" '
   $d[0] as $d | $b[0] as $b
   | ($b.findings | map({key: (.name | sub("^[^/]*/"; "")), value: .value}) | from_entries) as $f
@@ -90,12 +90,10 @@ jq -n --slurpfile d "$KEEP/daemon.json" --slurpfile b "$KEEP/bench.json" '
             + .measured.write.mean_us * .measured.write.n)
             / ([.measured.read.n + .measured.write.n, 1] | max))}),
       bench: {
-        fill: ($b.options.fill // 1.0),
+        fill: ([$b.points[] | select(.suite == "trace" and .target == "hybrid") | .trace.fill][0]),
         read_hit_share: $f["hybrid-read-hit-share"],
         write_ssd_share: $f["hybrid-write-ssd-share"],
-        moved_bytes: (($f["hybrid-migration-per-host-byte"] // 0)
-          * ([$b.points[] | select(.suite == "trace" and .target == "hybrid")
-              | .block * .ops][0]) | floor),
+        moved_bytes: $p.trace.moved_bytes,
         mean_us: $p.mean_us, p50_us: $p.p50_us, p99_us: $p.p99_us,
         hdd_busy_s: $f["hybrid-hdd-busy-s"],
         read_mean_us: $f["hybrid-read-mean-us"], read_p99_us: $f["hybrid-read-p99-us"],
