@@ -65,10 +65,6 @@ fn size_before(text: &str, what: &str) -> Option<String> {
 fn evacuation_reports_agree_with_status_and_say_what_moved() {
     let d = Daemon::start_with(DaemonOptions {
         extra_args: vec!["--metrics-listen".into(), String::new()],
-        // The heat migrator's states (the write log, shadows from pins):
-        // admission at the miss would bring these small volumes' HDD
-        // extents up as they are written.
-        env: vec![("TIERD_MIGRATE__ADMISSION".into(), "false".into())],
         ..DaemonOptions::small()
     });
     let sock = d.data_dir().join("control.sock");

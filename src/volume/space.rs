@@ -256,6 +256,8 @@ impl Volume {
             return Ok(false);
         };
         let ssd = m.loc;
+        // Every written block is one the clean copy saved from being written.
+        let saved = u64::from(m.written.count(blocks));
         let home = super::Mapping::plain(
             Loc {
                 tier: Tier::Hdd,
@@ -271,6 +273,7 @@ impl Volume {
         self.alloc.free_deferred(ssd);
         self.stats.migrated(Tier::Hdd, reason, 0);
         Stats::add(&self.stats.free_demotions, 1);
+        Stats::add(&self.stats.shadow_saved_blocks, saved);
         self.moves.lock().insert(
             extent,
             super::MoveRecord {

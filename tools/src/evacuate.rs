@@ -83,6 +83,21 @@ fn moved_bytes(st: &Status, tier: Tier) -> (u64, u64) {
     }
 }
 
+/// The moved-bytes counters once two looks a tenth of a second apart agree
+/// (for up to two seconds), starting from `now`.
+fn settled_bytes(cli: &Cli, tier: Tier, mut now: (u64, u64)) -> anyhow::Result<(u64, u64)> {
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(100));
+        let (st, _): (Status, _) = request(cli, &Request::Status)?;
+        let next = moved_bytes(&st, tier);
+        if next == now {
+            break;
+        }
+        now = next;
+    }
+    Ok(now)
+}
+
 /// Run the command.
 pub fn run(
     cli: &Cli,
@@ -160,7 +175,13 @@ fn watch(cli: &Cli, mut base: Option<(u64, u64)>) -> anyhow::Result<()> {
         let frac = moved as f64 / total as f64;
         let width = 30;
         let filled = ((frac * width as f64).round() as usize).min(width);
-        let now = moved_bytes(&st, e.tier);
+        let mut now = moved_bytes(&st, e.tier);
+        if e.done {
+            // A batch's mappings are switched before its bytes are counted
+            // (the counters follow the flush that makes them durable): once
+            // the tier looks drained, wait for the counts to settle.
+            now = settled_bytes(cli, e.tier, now)?;
+        }
         let (b_copied, b_remapped) = *base.get_or_insert(now);
         let (copied, remapped) = (
             now.0.saturating_sub(b_copied),
