@@ -63,6 +63,15 @@ loopdev=$("${SUDO[@]}" losetup -f) || die "no free loop device (losetup -f faile
 echo "  loop devices available (next free: $loopdev)"
 [ "$(id -u)" -eq 0 ] || echo "  note: not root: the mount/loop test will fail; run as root as CI does"
 
+section "Disk space"
+# The debug build and its test binaries take about 6 GB of target/; a full
+# disk shows up as a linker crash (bus error), so say so up front.
+avail_kb=$(df -Pk . | awk 'NR==2 {print $4}')
+echo "  $((avail_kb / 1024 / 1024)) GiB free under $(pwd)"
+if [ "$avail_kb" -lt $((8 * 1024 * 1024)) ]; then
+    echo "  warning: less than 8 GiB free; the build may fail in the linker for want of space"
+fi
+
 section "cargo fmt --check"
 cargo fmt --all -- --check
 
