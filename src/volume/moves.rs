@@ -451,6 +451,31 @@ impl Volume {
         ))
     }
 
+    /// The runs copying the blocks of SSD extent `m` that `pick` chooses to
+    /// the same blocks of HDD slot `slot`, appended to `runs`; returns `m`
+    /// with a clean shadow in that slot, the mapping once they are copied
+    /// (`Goal::Clean` into a new slot, `Goal::Refresh` into its shadow).
+    fn clean_shadow_runs(
+        &self,
+        m: &Mapping,
+        slot: u32,
+        pick: impl Fn(u32) -> bool,
+        runs: &mut Vec<CopyRun>,
+    ) -> Mapping {
+        let blocks = self.geo.blocks_per_extent();
+        let at = |s: u32, b: u32| self.geo.slot_offset(s) + u64::from(b) * BLOCK_SIZE;
+        for b in (0..blocks).filter(|b| pick(*b)) {
+            let (src, dst) = (at(m.loc.slot, b), at(slot, b));
+            push_run(runs, BLOCK_SIZE, Tier::Ssd, src, Tier::Hdd, dst);
+        }
+        let mut after = m.clone();
+        after.shadow = Some(Shadow {
+            slot,
+            stale: Written::empty(blocks),
+        });
+        after
+    }
+
     /// Work out what a move copies, installs and gives up.
     fn shape(&self, it: &mut Item, goal: Goal, keep_shadow: bool) {
         let m = it.before.clone();
@@ -462,24 +487,8 @@ impl Volume {
         match goal {
             Goal::Clean => {
                 let Some(dst) = it.fresh else { return };
-                for b in 0..blocks {
-                    if m.written.get(b) {
-                        push_run(
-                            &mut runs,
-                            BLOCK_SIZE,
-                            Tier::Ssd,
-                            block_at(m.loc, b),
-                            Tier::Hdd,
-                            block_at(dst, b),
-                        );
-                    }
-                }
-                let mut after = m.clone();
-                after.shadow = Some(Shadow {
-                    slot: dst.slot,
-                    stale: Written::empty(blocks),
-                });
-                it.after = after;
+                let pick = |b| m.written.get(b);
+                it.after = self.clean_shadow_runs(m, dst.slot, pick, &mut runs);
             }
             Goal::Ssd | Goal::Hdd if it.fresh.is_some() => {
                 let dst = it.fresh.unwrap_or(m.loc);
@@ -549,28 +558,8 @@ impl Volume {
                 // Into the shadow, in place: the stale blocks written there,
                 // the shadow clean after the commit.
                 let Some(s) = &m.shadow else { return };
-                let home = Loc {
-                    tier: Tier::Hdd,
-                    slot: s.slot,
-                };
-                for b in 0..blocks {
-                    if s.stale.get(b) && m.written.get(b) {
-                        push_run(
-                            &mut runs,
-                            BLOCK_SIZE,
-                            Tier::Ssd,
-                            block_at(m.loc, b),
-                            Tier::Hdd,
-                            block_at(home, b),
-                        );
-                    }
-                }
-                let mut after = m.clone();
-                after.shadow = Some(Shadow {
-                    slot: s.slot,
-                    stale: Written::empty(blocks),
-                });
-                it.after = after;
+                let pick = |b| s.stale.get(b) && m.written.get(b);
+                it.after = self.clean_shadow_runs(m, s.slot, pick, &mut runs);
             }
             Goal::WriteBack => {
                 for l in &m.logged {
