@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use super::stats::ImportStats;
-use super::text::{is_blank_or_comment, num, sectors, LineParser, Raw};
+use super::text::{csv_fields, num, sectors, LineParser, Raw};
 use crate::trace::Op;
 
 /// libCacheSim's CloudPhysics CSV (docs/trace.md#cloudphysics-csv).
@@ -37,15 +37,9 @@ impl LineParser for CloudPhysicsCsv {
         out: &mut VecDeque<Raw>,
         stats: &ImportStats,
     ) -> Result<(), String> {
-        if is_blank_or_comment(line) {
-            return Ok(());
-        }
-        let first = !self.seen_line;
-        self.seen_line = true;
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if first && f[0].eq_ignore_ascii_case("version") {
+        let Some(f) = csv_fields(line, &mut self.seen_line, "version") else {
             return Ok(()); // the header
-        }
+        };
         if f.len() != 5 {
             return Err(format!(
                 "expected 5 comma-separated fields (version,time,op,size,lbn), found {}",

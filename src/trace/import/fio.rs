@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::stats::ImportStats;
-use super::text::{index_of, is_blank_or_comment, num, LineParser, Raw};
+use super::text::{index_of, num, LineParser, Raw};
 use crate::trace::Op;
 
 /// The version of a fio iolog header line.
@@ -89,9 +89,6 @@ impl LineParser for FioIolog {
         out: &mut VecDeque<Raw>,
         _: &ImportStats,
     ) -> Result<(), String> {
-        if is_blank_or_comment(line) {
-            return Ok(());
-        }
         let line = line.trim();
         let Some(version) = self.version else {
             self.version = Some(fio_version(line).ok_or_else(|| {

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use super::stats::ImportStats;
-use super::text::{is_blank_or_comment, num, LineParser, Raw};
+use super::text::{csv_fields, num, LineParser, Raw};
 use crate::trace::Op;
 
 /// FILETIME (100 ns ticks since 1601-01-01 UTC) of the Unix epoch.
@@ -25,15 +25,9 @@ impl LineParser for MsrCsv {
         out: &mut VecDeque<Raw>,
         _: &ImportStats,
     ) -> Result<(), String> {
-        if is_blank_or_comment(line) {
-            return Ok(());
-        }
-        let first = !self.seen_line;
-        self.seen_line = true;
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if first && f[0].eq_ignore_ascii_case("timestamp") {
+        let Some(f) = csv_fields(line, &mut self.seen_line, "timestamp") else {
             return Ok(()); // a header some redistributions add
-        }
+        };
         if f.len() != 7 {
             return Err(format!(
                 "expected 7 comma-separated fields (Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime), found {}",

@@ -103,6 +103,7 @@ pub(super) trait LineParser {
     const FORMAT: &'static str;
 
     /// Parse one line (without its line end): push its records, if any.
+    /// Blank lines and `#` comments never reach it.
     fn parse(
         &mut self,
         line: &str,
@@ -180,6 +181,9 @@ impl<R: Read, P: LineParser> TextImport<R, P> {
         }
         let line = std::str::from_utf8(&self.buf)
             .map_err(|e| parse_error(self.line, format!("not UTF-8 text ({e})")))?;
+        if is_blank_or_comment(line) {
+            return Ok(());
+        }
         self.parser
             .parse(line, &mut self.queue, &self.stats)
             .map_err(|p| parse_error(self.line, p))
@@ -218,8 +222,17 @@ impl<R: Read, P: LineParser> Iterator for TextImport<R, P> {
     }
 }
 
+/// The trimmed comma-separated fields of a CSV `line`, or `None` for a
+/// header row: the first line (`seen` says whether one came before) whose
+/// first field is `header`, in any case.
+pub(super) fn csv_fields<'a>(line: &'a str, seen: &mut bool, header: &str) -> Option<Vec<&'a str>> {
+    let first = !std::mem::replace(seen, true);
+    let f: Vec<&str> = line.split(',').map(str::trim).collect();
+    (!(first && f[0].eq_ignore_ascii_case(header))).then_some(f)
+}
+
 /// A line that carries nothing: blank, or a `#` comment.
-pub(super) fn is_blank_or_comment(line: &str) -> bool {
+fn is_blank_or_comment(line: &str) -> bool {
     let t = line.trim();
     t.is_empty() || t.starts_with('#')
 }
