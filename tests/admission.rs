@@ -172,14 +172,6 @@ fn a_write_during_an_admission_is_kept() {
     assert_accounting(&vol, SLOTS);
 }
 
-const STEPS: [MoveStep; 5] = [
-    MoveStep::Allocated,
-    MoveStep::Copied,
-    MoveStep::Synced,
-    MoveStep::Committed,
-    MoveStep::Flushed,
-];
-
 fn crash_during_admission(step: MoveStep, power_cut: bool) {
     let (bed, vol, mut model) = admitting_bed();
     hdd_extent(&vol, &mut model, 5, 0, &pattern(5, EXTENT as usize));
@@ -215,14 +207,14 @@ fn crash_during_admission(step: MoveStep, power_cut: bool) {
 
 #[test]
 fn a_crash_after_each_step_of_an_admission_as_a_process_kill() {
-    for step in STEPS {
+    for step in MoveStep::ALL {
         crash_during_admission(step, false);
     }
 }
 
 #[test]
 fn a_crash_after_each_step_of_an_admission_as_a_power_cut() {
-    for step in STEPS {
+    for step in MoveStep::ALL {
         crash_during_admission(step, true);
     }
 }

@@ -20,14 +20,6 @@ use tierd::units::Reason;
 use tierd::volume::{MoveOutcome, MoveStep, Tier, Volume};
 
 const SECTOR: u64 = 512;
-const STEPS: [Option<MoveStep>; 6] = [
-    Some(MoveStep::Allocated),
-    Some(MoveStep::Copied),
-    Some(MoveStep::Synced),
-    Some(MoveStep::Committed),
-    Some(MoveStep::Flushed),
-    None,
-];
 const MOVING: [u64; 3] = [0, 1, 2];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,7 +226,7 @@ fn run(case: Case, step: Option<MoveStep>, power_cut: bool) -> u64 {
 #[test]
 fn every_step_of_moving_blocks_logged_in_part_as_a_process_kill() {
     for case in [Case::WriteBack, Case::Promote] {
-        for step in STEPS {
+        for step in crash_steps() {
             run(case, step, false);
         }
     }
@@ -244,7 +236,7 @@ fn every_step_of_moving_blocks_logged_in_part_as_a_process_kill() {
 fn every_step_of_moving_blocks_logged_in_part_as_a_power_cut() {
     let mut lost = 0;
     for case in [Case::WriteBack, Case::Promote] {
-        for step in STEPS {
+        for step in crash_steps() {
             lost += run(case, step, true);
         }
     }

@@ -13,15 +13,6 @@ use tierd::units::Reason;
 
 use tierd::volume::{MoveOutcome, MoveStep, Tier, Volume};
 
-const STEPS: [Option<MoveStep>; 6] = [
-    Some(MoveStep::Allocated),
-    Some(MoveStep::Copied),
-    Some(MoveStep::Synced),
-    Some(MoveStep::Committed),
-    Some(MoveStep::Flushed),
-    None,
-];
-
 fn run(step: Option<MoveStep>, power_cut: bool) {
     let bed = Bed::new(8, 16, 2);
     let vol = bed.open();
@@ -113,14 +104,14 @@ fn finish(
 
 #[test]
 fn crash_after_each_step_as_a_process_kill() {
-    for step in STEPS {
+    for step in crash_steps() {
         run(step, false);
     }
 }
 
 #[test]
 fn crash_after_each_step_as_a_power_cut() {
-    for step in STEPS {
+    for step in crash_steps() {
         run(step, true);
     }
 }
@@ -183,14 +174,14 @@ fn run_batch(step: Option<MoveStep>, power_cut: bool) {
 
 #[test]
 fn batch_crash_after_each_step_as_a_process_kill() {
-    for step in STEPS {
+    for step in crash_steps() {
         run_batch(step, false);
     }
 }
 
 #[test]
 fn batch_crash_after_each_step_as_a_power_cut() {
-    for step in STEPS {
+    for step in crash_steps() {
         run_batch(step, true);
     }
 }

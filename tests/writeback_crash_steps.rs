@@ -22,14 +22,6 @@ use support::*;
 use tierd::units::Reason;
 use tierd::volume::{MoveOutcome, MoveStep, Tier, Volume};
 
-const STEPS: [Option<MoveStep>; 6] = [
-    Some(MoveStep::Allocated),
-    Some(MoveStep::Copied),
-    Some(MoveStep::Synced),
-    Some(MoveStep::Committed),
-    Some(MoveStep::Flushed),
-    None,
-];
 const BPE: u64 = EXTENT / BLOCK;
 /// The extents that move: neighbours, so their copies may be merged.
 const MOVING: [u64; 3] = [0, 1, 2];
@@ -317,7 +309,7 @@ fn run(case: Case, step: Option<MoveStep>, power_cut: bool) -> u64 {
 #[test]
 fn every_step_of_the_new_moves_as_a_process_kill() {
     for case in CASES {
-        for step in STEPS {
+        for step in crash_steps() {
             run(case, step, false);
         }
     }
@@ -327,7 +319,7 @@ fn every_step_of_the_new_moves_as_a_process_kill() {
 fn every_step_of_the_new_moves_as_a_power_cut() {
     let mut lost = 0;
     for case in CASES {
-        for step in STEPS {
+        for step in crash_steps() {
             lost += run(case, step, true);
         }
     }

@@ -81,6 +81,17 @@ pub enum MoveStep {
     Flushed,
 }
 
+impl MoveStep {
+    /// Every step, in the order a move takes them.
+    pub const ALL: [MoveStep; 5] = [
+        MoveStep::Allocated,
+        MoveStep::Copied,
+        MoveStep::Synced,
+        MoveStep::Committed,
+        MoveStep::Flushed,
+    ];
+}
+
 /// What a migration did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MoveOutcome {

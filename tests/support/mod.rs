@@ -254,3 +254,12 @@ pub fn shadows_then_new_data(bed: &Bed, vol: &Volume, hdd_free: u32) -> Vec<u8> 
     }
     model
 }
+
+/// Every point a crash test stops a move at: after each of its steps, and
+/// `None` (the move runs to its end).
+pub fn crash_steps() -> impl Iterator<Item = Option<tierd::volume::MoveStep>> {
+    tierd::volume::MoveStep::ALL
+        .into_iter()
+        .map(Some)
+        .chain(std::iter::once(None))
+}
