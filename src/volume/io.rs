@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use super::extent::{LogPos, Logged, Mapping, Written};
 use super::geometry::{Tier, BLOCK_SIZE};
 use super::stats::Stats;
@@ -257,9 +259,11 @@ impl Volume {
         let _inflight = InFlight::new(&self.inflight);
         let (mut hits, mut ops, mut bytes, mut unmapped) = ([0u64; 2], [0u64; 2], [0u64; 2], 0u64);
         let (mut hit_bytes, mut unmapped_bytes) = ([0u64; 2], 0u64);
-        // HDD extents this read missed, noted for admission once it is done.
+        // The extents this read found on the SSD and missed on the HDD,
+        // recorded once it is done (a read that gives up records nothing).
         let (hits_on, misses_on) = (self.admission_enabled(), self.admission_notes(hint));
-        let mut misses: Vec<u64> = Vec::new();
+        let mut ssd_hits: SmallVec<[u64; 4]> = SmallVec::new();
+        let mut misses: SmallVec<[u64; 4]> = SmallVec::new();
         for p in self.pieces(offset, buf.len() as u64) {
             let dst = &mut buf[p.at as usize..(p.at + p.len) as usize];
             let guard = if wait.waits() {
@@ -280,10 +284,7 @@ impl Volume {
             let t = m.loc.tier.index();
             hits[t] += 1;
             if m.loc.tier == Tier::Ssd {
-                self.ledger.ssd_read();
-                if hits_on {
-                    self.note_hit(p.extent);
-                }
+                ssd_hits.push(p.extent);
             } else if misses_on.is_some() && !matches!(wait, Wait::Never) {
                 // Noted at the end if the read waited.
                 misses.push(p.extent);
@@ -388,6 +389,12 @@ impl Volume {
         }
         Stats::add(&self.stats.read_unmapped, unmapped);
         Stats::add(&self.stats.read_unmapped_bytes, unmapped_bytes);
+        for e in ssd_hits {
+            self.ledger.ssd_read();
+            if hits_on {
+                self.note_hit(e);
+            }
+        }
         if let Some(kind) = misses_on.filter(|_| wait.waits()) {
             for e in misses {
                 self.note_miss(e, kind);
