@@ -46,12 +46,23 @@ fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Sock> {
     }
 }
 
-/// What the handshake learned.
+/// What the handshake learned about the export.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Export {
-    pub(super) size: u64,
-    pub(super) flags: u16,
-    pub(super) max_request: u32,
+pub struct Export {
+    /// Bytes.
+    pub size: u64,
+    /// Transmission flags (`proto::FLAG_*`).
+    pub flags: u16,
+    /// Longest request to send: the server's maximum block size, at most
+    /// the client's own cap.
+    pub max_request: u32,
+}
+
+impl Export {
+    /// Whether the server advertised `flag` (`proto::FLAG_*`).
+    pub fn has(&self, flag: u16) -> bool {
+        self.flags & flag != 0
+    }
 }
 
 fn protocol(target: &Target, what: impl Into<String>) -> ClientError {

@@ -17,10 +17,12 @@
 //! the reader thread and the writers keep using a plain stream.
 //!
 //! Split by job: `target` parses the addresses, `connect` opens a
-//! connection and negotiates the export (TLS included), this file keeps
-//! the connection in use and the requests on it.
+//! connection and negotiates the export (TLS included), `raw` hands a
+//! negotiated plain connection to a caller that pipelines its own
+//! requests, this file keeps the connection in use and the requests on it.
 
 mod connect;
+mod raw;
 mod target;
 
 use std::collections::HashMap;
@@ -36,7 +38,9 @@ use tracing::{debug, info, warn};
 use super::proto;
 
 use super::wire::Wire;
-use connect::{close, handshake, Export, Sock};
+pub use connect::Export;
+use connect::{close, handshake, Sock};
+pub use raw::{open_raw, RawConnection};
 pub use target::{is_uri, Endpoint, Target};
 
 /// The port NBD servers listen on unless told otherwise.
