@@ -1,7 +1,8 @@
 //! Prometheus endpoint of the real daemon: after known I/O over NBD
 //! (nbdcopy writing and reading back 8 MiB), a scrape of `/metrics` shows
 //! request counts, payload bytes, latency histograms, device bytes per tier,
-//! capacity and an open connection consistent with what was done.
+//! capacity, the data only on the SSD and an open connection consistent
+//! with what was done.
 
 mod common;
 
@@ -103,6 +104,12 @@ fn counters_follow_real_io() {
     let hdd_cap = get(&before, "tierd_tier_capacity_bytes{tier=\"hdd\"}");
     assert!(ssd_cap > 0.0 && hdd_cap > ssd_cap, "{ssd_cap} {hdd_cap}");
     assert_eq!(get(&before, "tierd_extents{tier=\"ssd\"}"), 0.0);
+    // Nothing written yet: nothing only on the SSD, and no age.
+    assert_eq!(get(&before, "tierd_only_copy_bytes{tier=\"ssd\"}"), 0.0);
+    assert_eq!(
+        get(&before, "tierd_only_copy_oldest_seconds{tier=\"ssd\"}"),
+        0.0
+    );
 
     // 8 MiB of known data in at offset 0, then read back.
     let len = 8 * MIB as usize;
@@ -183,6 +190,18 @@ fn counters_follow_real_io() {
     assert_eq!(used, extents * MIB as f64);
     let free_ssd = get(&m, "tierd_tier_free_bytes{tier=\"ssd\"}");
     assert!(free_ssd <= ssd_cap - get(&m, "tierd_tier_used_bytes{tier=\"ssd\"}"));
+    // The data only on the SSD (the migrator may have given some of it an
+    // HDD copy already): at most what was written, and aged while any is.
+    let exposed = get(&m, "tierd_only_copy_bytes{tier=\"ssd\"}");
+    assert!(
+        exposed >= 0.0 && exposed <= dev_w,
+        "SSD-only bytes {exposed}"
+    );
+    let oldest = get(&m, "tierd_only_copy_oldest_seconds{tier=\"ssd\"}");
+    assert!(oldest >= 0.0, "oldest SSD-only age {oldest}");
+    if exposed == 0.0 {
+        assert_eq!(oldest, 0.0, "an age with nothing exposed");
+    }
     // Reads of mapped data were hits somewhere; the ratio is a ratio.
     let hits = get(&m, "tierd_read_hits_total{tier=\"ssd\"}")
         + get(&m, "tierd_read_hits_total{tier=\"hdd\"}");

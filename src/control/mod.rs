@@ -507,6 +507,20 @@ pub struct Status {
     pub sequential_bypasses: u64,
     /// Slots waiting for a metadata flush before reuse.
     pub quarantined: u64,
+    /// Bytes whose only copy is on the SSD (SSD extents without a clean HDD
+    /// copy, write-log data not yet written back): what an SSD failure
+    /// would lose now.
+    #[serde(default)]
+    pub ssd_only_bytes: u64,
+    /// Seconds since the oldest of those bytes became SSD-only (`None`:
+    /// nothing is); counted from the daemon's start for data that was
+    /// already SSD-only then.
+    #[serde(default)]
+    pub ssd_only_oldest_s: Option<f64>,
+    /// The oldest SSD-only data was so when the volume opened: its true age
+    /// is longer than `ssd_only_oldest_s`.
+    #[serde(default)]
+    pub ssd_only_oldest_at_open: bool,
     /// Pin entries.
     pub pins: usize,
     /// Open NBD connections.

@@ -441,6 +441,7 @@ impl Live {
         let geo = *vol.geometry();
         let es = geo.extent_size;
         let usage = vol.usage();
+        let exposure = vol.exposure();
         let s = vol.stats();
         let mut lat = self.latencies();
         let space = tier_space(&geo, &usage, self.migrator.reserve_extents());
@@ -568,6 +569,9 @@ impl Live {
             spills: Stats::get(&s.spills),
             sequential_bypasses: self.heat.bypassed(),
             quarantined: u64::from(usage.quarantined),
+            ssd_only_bytes: exposure.bytes,
+            ssd_only_oldest_s: exposure.oldest.map(|d| d.as_secs_f64()),
+            ssd_only_oldest_at_open: exposure.oldest_at_open,
             pins: vol.pins().len(),
             connections: self.probe.count(),
             inflight: vol.inflight() as u64,

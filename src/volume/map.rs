@@ -16,8 +16,9 @@
 //! side table without a copy); a write guard owns it while held and stores
 //! it back, re-packed, when dropped, still under the lock. The store-back
 //! also keeps the usage counts [`Volume::usage`](super::Volume::usage)
-//! reports and the owner of every SSD slot, so neither needs a scan of the
-//! volume.
+//! reports, the data only on the SSD and since when each extent has had
+//! some ([`super::exposure`]), and the owner of every SSD slot, so none of
+//! them needs a scan of the volume.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -26,9 +27,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::exposure::{ssd_only_sectors, Since};
 use super::extent::{Loc, Mapping, Written};
 use super::geometry::Tier;
 use super::lock::{RawLock, ReadGuard, WriteGuard};
+use crate::clock::Clock;
 
 /// The low 32 bits: the slot.
 const SLOT_MASK: u64 = 0xffff_ffff;
@@ -61,6 +64,7 @@ struct Counts {
     shadow_clean: AtomicI64,
     shadow_stale: AtomicI64,
     clean_extents: AtomicI64,
+    ssd_only: AtomicI64,
 }
 
 /// What one mapping adds to [`Counts`].
@@ -74,6 +78,8 @@ struct Tally {
     /// An SSD extent whose shadow holds every written block: it leaves by
     /// a mapping change.
     clean_extents: i64,
+    /// Sectors whose only copy is on the SSD.
+    ssd_only: i64,
 }
 
 impl Tally {
@@ -94,6 +100,7 @@ impl Tally {
             t.shadow_clean = written - stale;
             t.clean_extents = i64::from(stale == 0);
         }
+        t.ssd_only = ssd_only_sectors(m, blocks) as i64;
         t
     }
 }
@@ -108,6 +115,8 @@ pub(crate) struct MapCounts {
     pub(crate) shadow_stale: u64,
     /// SSD extents whose shadow is clean.
     pub(crate) clean_extents: u64,
+    /// Sectors (512 bytes) whose only copy is on the SSD.
+    pub(crate) ssd_only_sectors: u64,
 }
 
 /// The extent map of a volume.
@@ -122,6 +131,8 @@ pub(crate) struct ExtentMap {
     /// Per SSD slot: the extent mapped there, plus one (0: none).
     ssd_owner: Box<[AtomicU64]>,
     counts: Counts,
+    /// Since when each extent has had data only on the SSD.
+    since: Since,
     blocks: u32,
 }
 
@@ -156,16 +167,33 @@ fn unpack(word: u64) -> Mapping {
 
 impl ExtentMap {
     /// An empty map of `extents` extents with `blocks` blocks each, over an
-    /// SSD of `ssd_slots` slots.
-    pub(crate) fn new(extents: u64, ssd_slots: u32, blocks: u32) -> ExtentMap {
+    /// SSD of `ssd_slots` slots, timing exposures on `clock` (every one
+    /// counted as from the open until [`ExtentMap::loaded`]).
+    pub(crate) fn new(
+        extents: u64,
+        ssd_slots: u32,
+        blocks: u32,
+        clock: Arc<dyn Clock>,
+    ) -> ExtentMap {
         ExtentMap {
             locks: (0..extents).map(|_| RawLock::new()).collect(),
             words: (0..extents).map(|_| AtomicU64::new(0)).collect(),
             extras: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             ssd_owner: (0..ssd_slots).map(|_| AtomicU64::new(0)).collect(),
             counts: Counts::default(),
+            since: Since::new(clock),
             blocks,
         }
+    }
+
+    /// The map is loaded: data exposed from now on was written now.
+    pub(crate) fn loaded(&self) {
+        self.since.loaded();
+    }
+
+    /// Since when the exposed extents have been exposed.
+    pub(crate) fn exposed_since(&self) -> &Since {
+        &self.since
     }
 
     /// Extents in the map.
@@ -240,6 +268,7 @@ impl ExtentMap {
             shadow_clean: get(&self.counts.shadow_clean),
             shadow_stale: get(&self.counts.shadow_stale),
             clean_extents: get(&self.counts.clean_extents),
+            ssd_only_sectors: get(&self.counts.ssd_only),
         }
     }
 
@@ -285,6 +314,12 @@ impl ExtentMap {
         d(&c.shadow_clean, o.shadow_clean, n.shadow_clean);
         d(&c.shadow_stale, o.shadow_stale, n.shadow_stale);
         d(&c.clean_extents, o.clean_extents, n.clean_extents);
+        d(&c.ssd_only, o.ssd_only, n.ssd_only);
+        match (o.ssd_only > 0, n.ssd_only > 0) {
+            (false, true) => self.since.exposed(extent),
+            (true, false) => self.since.covered(extent),
+            _ => {}
+        }
         if ol == nl {
             return;
         }
@@ -469,7 +504,12 @@ impl Drop for MapWrite<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
     use crate::volume::extent::Shadow;
+
+    fn clock() -> Arc<dyn Clock> {
+        Arc::new(ManualClock::new())
+    }
 
     fn loc(tier: Tier, slot: u32) -> Loc {
         Loc { tier, slot }
@@ -477,14 +517,14 @@ mod tests {
 
     #[test]
     fn an_extent_costs_twelve_bytes() {
-        let map = ExtentMap::new(1000, 1, 256);
+        let map = ExtentMap::new(1000, 1, 256, clock());
         let per_extent = std::mem::size_of_val(&*map.locks) + std::mem::size_of_val(&*map.words);
         assert_eq!(per_extent, 12 * 1000);
     }
 
     #[test]
     fn plain_mappings_stay_in_the_word_and_others_in_the_side_table() {
-        let map = ExtentMap::new(8, 4, 256);
+        let map = ExtentMap::new(8, 4, 256, clock());
         assert_eq!(*map.at(3).read(), None);
         *map.at(3).write() = Some(Mapping::plain(loc(Tier::Hdd, 7), Written::Full));
         assert!(map.extra_extents().is_empty(), "a plain mapping packs");
@@ -517,7 +557,7 @@ mod tests {
 
     #[test]
     fn counts_and_ssd_owners_follow_every_change() {
-        let map = ExtentMap::new(8, 4, 4);
+        let map = ExtentMap::new(8, 4, 4, clock());
         *map.at(1).write() = Some(Mapping::plain(loc(Tier::Ssd, 0), Written::Full));
         *map.at(2).write() = Some(Mapping::plain(loc(Tier::Hdd, 0), Written::Full));
         let mut stale = Written::empty(4);
@@ -544,8 +584,59 @@ mod tests {
     }
 
     #[test]
+    fn ssd_only_data_and_its_time_follow_every_change() {
+        let clock = Arc::new(ManualClock::new());
+        let map = ExtentMap::new(8, 4, 4, clock.clone());
+        *map.at(0).write() = Some(Mapping::plain(loc(Tier::Hdd, 0), Written::Full));
+        map.loaded();
+        assert_eq!(map.counts().ssd_only_sectors, 0);
+        assert_eq!(map.exposed_since().oldest(), None);
+        // New data on the SSD: exposed from now.
+        clock.advance(std::time::Duration::from_secs(3));
+        *map.at(1).write() = Some(Mapping::plain(loc(Tier::Ssd, 0), Written::Full));
+        clock.advance(std::time::Duration::from_secs(4));
+        assert_eq!(map.counts().ssd_only_sectors, 4 * 8);
+        assert_eq!(
+            map.exposed_since().oldest(),
+            Some((std::time::Duration::from_secs(4), false))
+        );
+        // A clean HDD copy covers it; a write marking a block stale exposes
+        // it again, from that write.
+        let clean = Shadow {
+            slot: 1,
+            stale: Written::empty(4),
+        };
+        if let Some(m) = map.at(1).write().as_mut() {
+            m.shadow = Some(clean);
+        }
+        assert_eq!(map.counts().ssd_only_sectors, 0);
+        assert_eq!(map.exposed_since().oldest(), None);
+        clock.advance(std::time::Duration::from_secs(10));
+        if let Some(m) = map.at(1).write().as_mut() {
+            if let Some(s) = m.shadow.as_mut() {
+                s.stale.set_range(2, 2, true, 4);
+            }
+        }
+        clock.advance(std::time::Duration::from_secs(1));
+        assert_eq!(map.counts().ssd_only_sectors, 8);
+        // A later exposure does not make the oldest younger.
+        *map.at(2).write() = Some(Mapping::plain(loc(Tier::Ssd, 2), Written::Full));
+        assert_eq!(
+            map.exposed_since().oldest(),
+            Some((std::time::Duration::from_secs(1), false))
+        );
+        // Unmapped, it is gone; what is left is extent 2's.
+        *map.at(1).write() = None;
+        assert_eq!(map.counts().ssd_only_sectors, 4 * 8);
+        assert_eq!(
+            map.exposed_since().oldest(),
+            Some((std::time::Duration::ZERO, false))
+        );
+    }
+
+    #[test]
     fn a_bump_changes_the_generation_and_nothing_else() {
-        let map = ExtentMap::new(2, 1, 256);
+        let map = ExtentMap::new(2, 1, 256, clock());
         let m = Some(Mapping::plain(loc(Tier::Hdd, 9), Written::Full));
         *map.at(0).write() = m.clone();
         let g0 = map.gen(0);

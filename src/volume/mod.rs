@@ -9,6 +9,7 @@
 mod admit;
 mod alloc;
 mod error;
+mod exposure;
 mod extent;
 mod geometry;
 mod io;
@@ -28,6 +29,7 @@ mod write;
 
 pub use admit::{Class as AdmitClass, Eviction, Miss};
 pub use error::{VolumeError, VolumeResult};
+pub use exposure::Exposure;
 pub use io::AllocRun;
 pub use ledger::{Ledger, LedgerStatus};
 pub use log::LogUsage;

@@ -243,7 +243,7 @@ impl Volume {
 
         let logical = geo.logical_extents();
         let blocks = geo.blocks_per_extent();
-        let map = super::map::ExtentMap::new(logical, geo.ssd_slots, blocks);
+        let map = super::map::ExtentMap::new(logical, geo.ssd_slots, blocks, opts.clock.clone());
         let mut owner = [
             vec![false; geo.ssd_slots as usize],
             vec![false; geo.hdd_slots as usize],
@@ -297,6 +297,8 @@ impl Volume {
                 }
             }
         }
+        // What is exposed now was written before: its time is not known.
+        map.loaded();
         // From here until a clean close, a crash is an unclean shutdown.
         store.put(CLEAN_KEY, b"0")?;
         if upgrade {

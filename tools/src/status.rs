@@ -14,6 +14,22 @@ fn dur(secs: Option<f64>) -> String {
     }
 }
 
+/// What an SSD failure would lose now: the data whose only copy is on the
+/// SSD and how long ago the oldest of it was written.
+fn exposure_line(s: &Status) -> String {
+    if s.ssd_only_bytes == 0 {
+        return "exposure: nothing only on the SSD".into();
+    }
+    let age = match s.ssd_only_oldest_s {
+        None => String::new(),
+        Some(secs) if s.ssd_only_oldest_at_open => format!(
+            ", oldest written at least {secs:.0} s ago (SSD-only since before the volume opened: the time is not kept across a restart)"
+        ),
+        Some(secs) => format!(", oldest written {secs:.0} s ago"),
+    };
+    format!("exposure: {} only on the SSD{age}", human(s.ssd_only_bytes))
+}
+
 /// Device latencies per tier: p50 and p99 of the recent window (about
 /// 10 s), falling back to since-start figures when the window saw none.
 fn print_latency(s: &Status) {
@@ -252,6 +268,7 @@ pub fn print(s: &Status) {
         human(sh.saved_bytes),
         sh.dropped
     );
+    say!("{}", exposure_line(s));
     let a = &s.admission;
     if a.enabled || a.admitted > 0 {
         say!(

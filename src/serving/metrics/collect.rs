@@ -216,6 +216,14 @@ pub(super) fn describe() {
         "tierd_metadata_flush_age_seconds",
         "Seconds since the metadata store was last flushed"
     );
+    describe_gauge!(
+        "tierd_only_copy_bytes",
+        "Bytes whose only copy is on the tier (tier=ssd: SSD extents without a clean HDD copy, write-log data not written back)"
+    );
+    describe_gauge!(
+        "tierd_only_copy_oldest_seconds",
+        "Seconds since the oldest data whose only copy is on the tier became so (0: none; data so at the open counts from the open)"
+    );
 }
 
 /// Copy the live state into the recorder (walks the extent map: call off
@@ -284,6 +292,11 @@ pub fn collect(live: &Live) {
     counter!("tierd_written_back_bytes_total").absolute(Stats::get(&s.written_back_blocks) * blk);
     gauge!("tierd_shadow_bytes", "state" => "clean").set((usage.shadow_clean_blocks * blk) as f64);
     gauge!("tierd_shadow_bytes", "state" => "stale").set((usage.shadow_stale_blocks * blk) as f64);
+    let exposure = vol.exposure();
+    // A tier's name is a label, never part of a metric's name.
+    gauge!("tierd_only_copy_bytes", "tier" => "ssd").set(exposure.bytes as f64);
+    gauge!("tierd_only_copy_oldest_seconds", "tier" => "ssd")
+        .set(exposure.oldest.map_or(0.0, |d| d.as_secs_f64()));
     counter!("tierd_free_demotions_total").absolute(Stats::get(&s.free_demotions));
     counter!("tierd_shadows_dropped_total").absolute(Stats::get(&s.shadows_dropped));
     for (outcome, n) in [

@@ -1,0 +1,252 @@
+//! Exposure: the data whose only copy is on the SSD, and how long the
+//! oldest of it has been so — what an SSD failure would lose now.
+//!
+//! What counts, per mapping ([`ssd_only_sectors`]):
+//! - an extent on the SSD without an HDD shadow: every written block;
+//! - an extent on the SSD with a shadow: its written blocks the shadow
+//!   holds stale (a clean shadow: nothing);
+//! - an extent on the HDD: the sectors of its blocks in the write log (a
+//!   block logged in part counts the 512-byte sectors the log holds).
+//!
+//! Unwritten blocks read as zeros and count nothing. The map keeps the sum
+//! as it keeps its other counts (on the store-back under the extent's
+//! lock). The age is kept per extent, in memory, by [`Since`]: the time
+//! its first SSD-only write landed since it was last clean (or its shadow
+//! was dropped), forgotten when a clean HDD copy covers it again. Only the
+//! change between "nothing exposed" and "something exposed" touches it, so
+//! a write to data already exposed pays nothing. After a restart the times
+//! are not known: data exposed when the volume opened counts from the open,
+//! and [`Exposure::oldest_at_open`] says the true age is longer.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::extent::{Mapping, Written, SECTOR};
+use super::geometry::Tier;
+use super::Volume;
+use crate::clock::Clock;
+
+/// Sectors in a 4 KiB block.
+const SECTORS_PER_BLOCK: u64 = 8;
+
+/// Shards of [`Since`]: enough that the writers that expose extents rarely
+/// meet on one.
+const SHARDS: usize = 16;
+
+/// How much data has its only copy on the SSD ([`Volume::exposure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Exposure {
+    /// Bytes whose only copy is on the SSD.
+    pub bytes: u64,
+    /// How long ago the oldest of them became SSD-only, on the volume's
+    /// clock; `None` when nothing is.
+    pub oldest: Option<Duration>,
+    /// The oldest was already SSD-only when the volume opened: its time is
+    /// not kept across a restart, so `oldest` counts from the open and the
+    /// true age is longer.
+    pub oldest_at_open: bool,
+}
+
+/// Blocks of `blocks` written in `written` and set in `stale` (both
+/// bitmaps word by word: no walk over the blocks).
+fn written_and_stale(written: &Written, stale: &Written, blocks: u32) -> u64 {
+    let words = (blocks as usize).div_ceil(64);
+    let word = |w: &Written, i: usize| -> u64 {
+        match w {
+            Written::Full => u64::MAX,
+            Written::Partial(v) => v.get(i).copied().unwrap_or(0),
+        }
+    };
+    (0..words)
+        .map(|i| {
+            let mask = if i + 1 == words && !blocks.is_multiple_of(64) {
+                (1u64 << (blocks % 64)) - 1
+            } else {
+                u64::MAX
+            };
+            u64::from((word(written, i) & word(stale, i) & mask).count_ones())
+        })
+        .sum()
+}
+
+/// The 512-byte sectors of `m` whose only copy is on the SSD (see the
+/// module's documentation).
+pub(crate) fn ssd_only_sectors(m: &Mapping, blocks: u32) -> u64 {
+    match m.loc.tier {
+        Tier::Ssd => match &m.shadow {
+            None => u64::from(m.written.count(blocks)) * SECTORS_PER_BLOCK,
+            Some(s) => written_and_stale(&m.written, &s.stale, blocks) * SECTORS_PER_BLOCK,
+        },
+        Tier::Hdd => m
+            .logged
+            .iter()
+            .map(|l| u64::from(l.sectors.count_ones()))
+            .sum(),
+    }
+}
+
+/// Bytes of `sectors` sectors.
+pub(crate) fn sector_bytes(sectors: u64) -> u64 {
+    sectors * SECTOR
+}
+
+/// Per exposed extent: the clock time (ns) it became exposed, and whether
+/// it was so when the volume opened.
+type Shard = Mutex<HashMap<u64, (u64, bool)>>;
+
+/// When each exposed extent became exposed.
+pub(crate) struct Since {
+    shards: Box<[Shard]>,
+    clock: Arc<dyn Clock>,
+    /// The volume is loading its map: what is exposed now was before.
+    loading: AtomicBool,
+}
+
+impl Since {
+    /// An empty record on `clock`, loading until [`Since::loaded`].
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> Since {
+        Since {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            clock,
+            loading: AtomicBool::new(true),
+        }
+    }
+
+    fn shard(&self, extent: u64) -> &Shard {
+        &self.shards[extent as usize % SHARDS]
+    }
+
+    /// The map is loaded: exposures from now on are new writes.
+    pub(crate) fn loaded(&self) {
+        self.loading.store(false, Ordering::Release);
+    }
+
+    /// `extent` has data only on the SSD from now (it had none); called
+    /// under the extent's exclusive lock.
+    pub(crate) fn exposed(&self, extent: u64) {
+        let at = self.clock.now().as_nanos() as u64;
+        let at_open = self.loading.load(Ordering::Acquire);
+        self.shard(extent).lock().insert(extent, (at, at_open));
+    }
+
+    /// `extent` has no data only on the SSD any more; called under the
+    /// extent's exclusive lock.
+    pub(crate) fn covered(&self, extent: u64) {
+        self.shard(extent).lock().remove(&extent);
+    }
+
+    /// How long ago the oldest exposure began, and whether it began when
+    /// the volume opened; `None` without one.
+    pub(crate) fn oldest(&self) -> Option<(Duration, bool)> {
+        // At equal times an exposure from the open ranks first: its true
+        // age is longer.
+        let (at, not_at_open) = self
+            .shards
+            .iter()
+            .filter_map(|s| s.lock().values().map(|(t, o)| (*t, !*o)).min())
+            .min()?;
+        let age = self.clock.now().saturating_sub(Duration::from_nanos(at));
+        Some((age, !not_at_open))
+    }
+
+    /// Extents recorded as exposed.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+}
+
+impl Volume {
+    /// How much data has its only copy on the SSD, and how long ago the
+    /// oldest of it became so (no scan of the map for the bytes; the age
+    /// looks at the exposed extents only).
+    pub fn exposure(&self) -> Exposure {
+        let bytes = sector_bytes(self.map.counts().ssd_only_sectors);
+        let oldest = if bytes > 0 {
+            self.map.exposed_since().oldest()
+        } else {
+            None
+        };
+        Exposure {
+            bytes,
+            oldest: oldest.map(|(age, _)| age),
+            oldest_at_open: oldest.is_some_and(|(_, at_open)| at_open),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::volume::extent::{Loc, LogPos, Logged, Shadow};
+
+    fn on(tier: Tier, written: Written) -> Mapping {
+        Mapping::plain(Loc { tier, slot: 0 }, written)
+    }
+
+    #[test]
+    fn what_counts_as_ssd_only() {
+        let blocks = 100;
+        // On the SSD without a copy: every written block.
+        assert_eq!(ssd_only_sectors(&on(Tier::Ssd, Written::Full), blocks), 800);
+        let mut some = Written::empty(blocks);
+        some.set_range(3, 7, true, blocks);
+        assert_eq!(ssd_only_sectors(&on(Tier::Ssd, some.clone()), blocks), 40);
+        // On the HDD with nothing logged: nothing.
+        assert_eq!(ssd_only_sectors(&on(Tier::Hdd, Written::Full), blocks), 0);
+        // With a shadow: the written blocks it holds stale.
+        let mut m = on(Tier::Ssd, some.clone());
+        m.shadow = Some(Shadow {
+            slot: 1,
+            stale: Written::empty(blocks),
+        });
+        assert_eq!(ssd_only_sectors(&m, blocks), 0, "a clean shadow");
+        let mut stale = Written::empty(blocks);
+        stale.set_range(6, 70, true, blocks);
+        m.shadow = Some(Shadow { slot: 1, stale });
+        assert_eq!(ssd_only_sectors(&m, blocks), 2 * 8, "blocks 6 and 7");
+        m.written = Written::Full;
+        assert_eq!(ssd_only_sectors(&m, blocks), 65 * 8);
+        m.shadow = Some(Shadow {
+            slot: 1,
+            stale: Written::Full,
+        });
+        assert_eq!(ssd_only_sectors(&m, blocks), 800, "every block stale");
+        // Logged blocks of an HDD extent, by the sectors the log holds.
+        let mut h = on(Tier::Hdd, Written::Full);
+        let at = LogPos { slot: 2, index: 0 };
+        h.logged = vec![
+            Logged::whole(1, at),
+            Logged {
+                block: 4,
+                at,
+                sectors: 0b0000_0110,
+            },
+        ];
+        assert_eq!(ssd_only_sectors(&h, blocks), 10);
+        assert_eq!(sector_bytes(10), 5120);
+    }
+
+    #[test]
+    fn the_oldest_exposure_is_kept_until_it_is_covered() {
+        let clock = Arc::new(ManualClock::new());
+        let since = Since::new(clock.clone());
+        since.exposed(7);
+        since.loaded();
+        assert_eq!(since.oldest(), Some((Duration::ZERO, true)));
+        clock.advance(Duration::from_secs(5));
+        since.exposed(3);
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(since.oldest(), Some((Duration::from_secs(7), true)));
+        since.covered(7);
+        assert_eq!(since.oldest(), Some((Duration::from_secs(2), false)));
+        since.covered(3);
+        assert_eq!(since.oldest(), None);
+        assert_eq!(since.len(), 0);
+    }
+}
