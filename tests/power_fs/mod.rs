@@ -107,7 +107,7 @@ impl FileData {
                 self.live.pages.remove(&p);
                 self.dirty.insert(p);
             }
-            if size % PAGE != 0 {
+            if !size.is_multiple_of(PAGE) {
                 let p = size / PAGE;
                 if let Some(page) = self.live.pages.get_mut(&p) {
                     page[(size % PAGE) as usize..].fill(0);
