@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 
-use common::{Daemon, DaemonOptions, MIB};
+use common::{env_u64, Daemon, DaemonOptions, MIB};
 use durability_model::{block_bytes, block_id, Model, BLOCK};
 use raw_client::{Nbd, RawError};
 
@@ -53,18 +53,6 @@ const HOT: std::ops::Range<u64> = 80..88;
 /// [`QUIET`]: four migration rounds, so at least two see an idle volume.
 const QUIET_CHANCE: f64 = 0.001;
 const QUIET: Duration = Duration::from_millis(400);
-
-/// A number from the environment, decimal or `0x` hex (the seed is
-/// printed in hex).
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        match v.strip_prefix("0x") {
-            Some(hex) => u64::from_str_radix(hex, 16),
-            None => v.parse(),
-        }
-        .unwrap_or_else(|e| panic!("{name}={v:?} is not a number: {e}"))
-    })
-}
 
 fn config_file(dir: &std::path::Path) -> std::path::PathBuf {
     let p = dir.join("crash.toml");

@@ -255,6 +255,18 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// A number from the environment, decimal or `0x` hex (the crash tests
+/// print their seeds in hex).
+pub fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| {
+        match v.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => v.parse(),
+        }
+        .unwrap_or_else(|e| panic!("{name}={v:?} is not a number: {e}"))
+    })
+}
+
 /// A free TCP port on loopback (bound, read and released).
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("binding an ephemeral port");
