@@ -258,7 +258,8 @@ fn admissions_left_for_later_while_the_budget_is_spent_come_up_on_a_later_miss()
     vol.ledger().set_shares(Some(0.0), 1.0);
     // Spend the burst the bucket starts with.
     assert!(vol.ledger().may_admit());
-    vol.ledger().admitted(Duration::from_secs(1));
+    vol.ledger()
+        .admitted(Duration::from_secs(1), Duration::from_secs(1));
     let mut buf = vec![0u8; 4096];
     vol.read(0, &mut buf).expect("read");
     let done = admit_pending(&vol).expect("admit");

@@ -224,6 +224,10 @@ impl BlockDevice for FaultDevice {
         self.inner.model_busy()
     }
 
+    fn model_busy_here(&self) -> Option<std::time::Duration> {
+        self.inner.model_busy_here()
+    }
+
     fn name(&self) -> String {
         format!("{} (fault injection)", self.inner.name())
     }

@@ -316,6 +316,10 @@ impl BlockDevice for MeteredDevice {
         self.inner.model_busy()
     }
 
+    fn model_busy_here(&self) -> Option<std::time::Duration> {
+        self.inner.model_busy_here()
+    }
+
     fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> Option<io::Result<()>> {
         // Only an answered read counts: `None` did no I/O, and the caller
         // reads again with `read_at`.

@@ -94,6 +94,14 @@ pub trait BlockDevice: Send + Sync + 'static {
     fn model_busy(&self) -> Option<Duration> {
         None
     }
+    /// The part of [`BlockDevice::model_busy`] spent on the calling
+    /// thread's own requests so far: what they cost the drive's mechanism,
+    /// never their wait in its queue behind other threads' requests.
+    /// `None` for a device without a model that keeps mechanism time.
+    /// Wrappers pass it on.
+    fn model_busy_here(&self) -> Option<Duration> {
+        None
+    }
     /// Make every completed write durable (fdatasync).
     fn sync(&self) -> io::Result<()>;
     /// A human name for messages (the path, or "memory").

@@ -12,9 +12,11 @@
 //!
 //! One model instance per device, shared by every caller.
 
+use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -36,6 +38,9 @@ pub struct TimedDevice {
     /// Time with an operation in flight, for a model that keeps no
     /// mechanism time of its own: (total, end of the last span counted).
     spans: Mutex<(Duration, Duration)>,
+    /// The model's mechanism time per submitting thread (for a model that
+    /// keeps it): what each thread's own requests cost the drive.
+    by_thread: Mutex<HashMap<ThreadId, Duration>>,
 }
 
 impl TimedDevice {
@@ -52,6 +57,7 @@ impl TimedDevice {
             link,
             clock,
             spans: Mutex::new((Duration::ZERO, Duration::ZERO)),
+            by_thread: Mutex::new(HashMap::new()),
             ops: AtomicU64::new(0),
             overruns: AtomicU64::new(0),
         }
@@ -76,7 +82,19 @@ impl TimedDevice {
     ) -> io::Result<T> {
         self.ops.fetch_add(1, Ordering::Relaxed);
         let start = self.clock.now();
-        let done = self.model.lock().submit(kind, offset, len, start);
+        let done = {
+            let mut model = self.model.lock();
+            let before = model.mechanism_time();
+            let done = model.submit(kind, offset, len, start);
+            if let (Some(a), Some(b)) = (before, model.mechanism_time()) {
+                *self
+                    .by_thread
+                    .lock()
+                    .entry(std::thread::current().id())
+                    .or_default() += b.saturating_sub(a);
+            }
+            done
+        };
         {
             // The union of the spans [start, done]: submissions come in
             // nearly in time order (on the virtual clock each thread's own
@@ -145,6 +163,17 @@ impl BlockDevice for TimedDevice {
                 .unwrap_or_else(|| self.spans.lock().0),
         )
     }
+
+    fn model_busy_here(&self) -> Option<Duration> {
+        self.model.lock().mechanism_time()?;
+        Some(
+            self.by_thread
+                .lock()
+                .get(&std::thread::current().id())
+                .copied()
+                .unwrap_or_default(),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -181,5 +210,43 @@ mod tests {
         // A random HDD read takes milliseconds.
         assert!(start.elapsed() > Duration::from_millis(1));
         assert_eq!(real.ops(), 1);
+    }
+
+    #[test]
+    fn each_thread_sees_the_mechanism_time_of_its_own_requests() {
+        let clock = Arc::new(ManualClock::new());
+        let dev = Arc::new(TimedDevice::new(
+            Arc::new(NullDevice::new(1 << 30)),
+            ModelKind::Hdd7200.build(1 << 30),
+            clock,
+        ));
+        assert_eq!(dev.model_busy_here(), Some(Duration::ZERO));
+        let mut buf = vec![0u8; 4096];
+        dev.read_at(&mut buf, 1 << 29).unwrap();
+        let mine = dev.model_busy_here().unwrap();
+        assert!(mine > Duration::ZERO);
+        let other = {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 20];
+                dev.read_at(&mut buf, 1 << 20).unwrap();
+                dev.read_at(&mut buf, 3 << 28).unwrap();
+                dev.model_busy_here().unwrap()
+            })
+            .join()
+            .unwrap()
+        };
+        assert!(other > Duration::ZERO);
+        // The other thread's requests are not this one's.
+        assert_eq!(dev.model_busy_here(), Some(mine));
+        assert_eq!(dev.model_busy(), Some(mine + other));
+        // A model that keeps no mechanism time says nothing.
+        let ssd = TimedDevice::new(
+            Arc::new(NullDevice::new(1 << 30)),
+            ModelKind::SsdSata.build(1 << 30),
+            Arc::new(ManualClock::new()),
+        );
+        ssd.read_at(&mut buf, 0).unwrap();
+        assert_eq!(ssd.model_busy_here(), None);
     }
 }

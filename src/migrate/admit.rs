@@ -10,6 +10,8 @@
 //! benchmark after each request, and every migration round for what is
 //! left.
 
+use std::time::Duration;
+
 use crate::device::IoClass;
 use crate::units::Reason;
 use crate::volume::{Eviction, MoveOutcome, Tier, Volume, VolumeResult};
@@ -48,12 +50,21 @@ pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
             continue;
         }
         let t0 = vol.clock().io_now();
+        let head0 = vol.hdd_busy_here();
         let r = admit_one(vol, extent, &mut done);
+        let span = vol.clock().io_now().saturating_sub(t0);
         vol.ledger()
-            .admitted(vol.clock().io_now().saturating_sub(t0));
+            .admitted(span, head_time(vol, head0).unwrap_or(span));
         r?;
     }
     Ok(done)
+}
+
+/// The HDD mechanism time this thread's requests took since it was
+/// `head0`, where the drive's model keeps it: what a copy cost the HDD,
+/// without its wait in the queue behind the users' requests.
+fn head_time(vol: &Volume, head0: Option<Duration>) -> Option<Duration> {
+    Some(vol.hdd_busy_here()?.saturating_sub(head0?))
 }
 
 /// Bring `extent` up (making room first), counting it in `done`.

@@ -57,6 +57,8 @@ const PENDING: u8 = 1 << 4;
 /// On the SSD by an admission: its reads are the admissions' savings in
 /// the ledger.
 const ADMITTED: u8 = 1 << 5;
+/// An admitted extent was read from flash since its admission.
+const REREAD: u8 = 1 << 6;
 const FREQ_MASK: u8 = 0b11;
 /// Missed extents waiting for their copy, at most (each is one extent's
 /// read and write when its turn comes; more would only queue behind them).
@@ -147,16 +149,17 @@ impl Admission {
 
     /// A read served from the SSD: one more read for the clock; whether
     /// the extent came up by an admission.
-    pub(crate) fn hit(&self, extent: u64) -> bool {
-        let Some(s) = self.get(extent) else {
-            return false;
-        };
+    /// `None` unless an admission brought it up; else whether this is its
+    /// first read since.
+    pub(crate) fn hit(&self, extent: u64) -> Option<bool> {
+        let s = self.get(extent)?;
         let v = s
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(if v & FREQ_MASK < FREQ_MAX { v + 1 } else { v })
+                let v = if v & FREQ_MASK < FREQ_MAX { v + 1 } else { v };
+                Some(if v & ADMITTED != 0 { v | REREAD } else { v })
             })
             .unwrap_or(0);
-        v & ADMITTED != 0
+        (v & ADMITTED != 0).then_some(v & REREAD == 0)
     }
 
     /// `extent` arrived on the SSD: into the small FIFO unless queued.
@@ -263,8 +266,8 @@ impl Volume {
     /// A read of `extent` was served from the SSD: if an admission brought
     /// it up, one HDD request saved for the admissions' account.
     pub(crate) fn note_hit(&self, extent: u64) {
-        if self.admission.hit(extent) {
-            self.ledger.admitted_hit();
+        if let Some(first) = self.admission.hit(extent) {
+            self.ledger.admitted_hit(first);
         }
     }
 
@@ -379,7 +382,7 @@ impl Volume {
     /// reads from now on count for the admissions in the ledger.
     pub fn admitted(&self, extent: u64, class: Class) {
         self.admission.arrived(extent, class);
-        self.admission.update(extent, |v| v | ADMITTED);
+        self.admission.update(extent, |v| (v | ADMITTED) & !REREAD);
         Stats::add(&self.stats.admissions, 1);
     }
 
@@ -480,8 +483,10 @@ impl Volume {
             let pinned = self.pin_of(e) == Some(Tier::Ssd);
             if from_small {
                 if freq > 0 || pinned {
-                    // Read again while on probation: on to the main FIFO.
-                    a.update(e, |v| (v & PENDING) | IN_MAIN);
+                    // Read again while on probation: on to the main FIFO
+                    // (its reads still count for the admission that
+                    // brought it up).
+                    a.update(e, |v| (v & (PENDING | ADMITTED | REREAD)) | IN_MAIN);
                     q.main.push_back(e);
                     continue;
                 }
@@ -491,7 +496,9 @@ impl Volume {
             }
             if freq > 0 || pinned {
                 a.update(e, |v| {
-                    (v & PENDING) | IN_MAIN | (v & FREQ_MASK).saturating_sub(1)
+                    (v & (PENDING | ADMITTED | REREAD))
+                        | IN_MAIN
+                        | (v & FREQ_MASK).saturating_sub(1)
                 });
                 q.main.push_back(e);
                 continue;

@@ -22,18 +22,24 @@
 //!   HDD's time beyond what it has given back. The promotions' budget is
 //!   off by default (`migrate.promote-share` 1): see docs/tiering.md,
 //!   "Promotions pay their way".
-//! - **Whether a first miss is worth a copy** ([`Reuse`]): an extent
-//!   admitted at its first miss pays for its copy only if it is read again
-//!   while on flash. The ledger keeps, decayed over the last admission
-//!   decisions (counted in misses, never in wall time, so a trace played
-//!   faster or slower decides alike), the HDD time admitted extents saved
-//!   (a read of one counts one HDD request of the mean service time) and
-//!   the HDD time their copies took. While that return is at least 1,
-//!   misses are admitted at once; below it, only on shown reuse (a miss
-//!   the ghost list remembers, as LARC does). While waiting for reuse the
-//!   ledger still estimates what admitting at once would return (a ghost
-//!   hit would have been a hit, a remembered miss a copy) and goes back
-//!   when that pays.
+//! - **Whether a first miss is worth a copy** ([`Reuse`]): admitting at
+//!   the first miss, rather than at the second (a miss the ghost list
+//!   remembers, as LARC does), gains one HDD read for every extent that is
+//!   read again (either rule copies it; the first serves its second read
+//!   from flash) and loses one copy for every extent never read again
+//!   (the second rule never copies it). The ledger counts, decayed over
+//!   the last admission decisions (counted in misses, never in wall time,
+//!   so a trace played faster or slower decides alike), the copies made at
+//!   a first miss and how many of them were read again; misses are
+//!   admitted at once while the rereads' HDD time (each at the HDD's mean
+//!   service time) is worth the wasted copies' (each at the copies' mean
+//!   cost), and on shown reuse otherwise. While waiting for reuse the
+//!   ghost gives the same counts (a remembered first miss is a copy
+//!   admitting at once would have made, a ghost hit one of them read
+//!   again), and admission goes back to the first miss when they say so.
+//! - **What a copy costs**: the HDD time its reads and writes took the
+//!   drive's mechanism, where the drive's model says so, never its wait in
+//!   the queue behind the users' requests (theirs, and counted as theirs).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -212,9 +218,10 @@ impl Account {
 /// they knew, at least (the room's extents, if more).
 const REUSE_HALF_LIFE: f64 = 256.0;
 
-/// The return on copies at which admission switches to waiting for reuse
-/// (below it) and back (above [`REUSE_RESUME`]): hysteresis, so a return
-/// hovering about 1 does not flip the rule every few misses.
+/// What admitting at the first miss gains over admitting at the second,
+/// over what it loses ([`Rereads::edge`]), below which admission switches
+/// to waiting for reuse, and above [`REUSE_RESUME`] back: hysteresis, so an
+/// edge hovering about 1 does not flip the rule every few misses.
 const REUSE_STOP: f64 = 0.8;
 const REUSE_RESUME: f64 = 1.25;
 
@@ -222,11 +229,53 @@ const REUSE_RESUME: f64 = 1.25;
 /// modest disk's speed (1 MiB at 100 MB/s).
 const COPY_GUESS: f64 = 0.01;
 
+/// Copies made at a first miss, and how many of those extents were read
+/// again while on flash, decayed: what decides between admitting at the
+/// first miss and at the second ([`Reuse::decided`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Rereads {
+    copies: f64,
+    reread: f64,
+}
+
+impl Rereads {
+    fn decay(&mut self, by: f64) {
+        self.copies *= by;
+        self.reread *= by;
+    }
+
+    /// What admitting at the first miss gains over admitting at the second
+    /// (a ghost hit, as LARC does), over what it loses, for a read saved
+    /// `service` and a copy `copy` seconds of HDD time: an extent read
+    /// again after its first miss is copied by either rule, but the first
+    /// saves the HDD that second read; an extent never read again is a
+    /// copy the second rule does not make. `None` before a few copies were
+    /// counted; infinite when none was wasted.
+    fn edge(&self, service: f64, copy: f64) -> Option<f64> {
+        if self.copies < 8.0 {
+            return None;
+        }
+        let gain = self.reread * service;
+        let loss = (self.copies - self.reread).max(0.0) * copy;
+        Some(if loss > 0.0 {
+            gain / loss
+        } else {
+            f64::INFINITY
+        })
+    }
+}
+
 /// Whether a first miss is worth a copy (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Reuse {
     /// Reads of admitted extents (saved), their copies (spent).
     admitted: Account,
+    /// While admitting at the first miss: its copies and their rereads.
+    first: Rereads,
+    /// While waiting for reuse: first misses the ghost remembered (each a
+    /// copy admitting at once would have made) and ghost hits (each such
+    /// copy read again).
+    would: Rereads,
     /// While waiting for reuse: what admitting at once would have saved
     /// (a ghost hit) and spent (a remembered first miss).
     ghost: Account,
@@ -243,6 +292,8 @@ impl Reuse {
         let half = REUSE_HALF_LIFE.max(room as f64);
         Reuse {
             admitted: Account::default(),
+            first: Rereads::default(),
+            would: Rereads::default(),
             ghost: Account::default(),
             copy: COPY_GUESS,
             at_first: true,
@@ -264,22 +315,35 @@ impl Reuse {
         }
     }
 
-    /// One admission decision was made: the accounts age, and the rule is
-    /// looked at again.
-    fn decided(&mut self) {
+    /// One admission decision was made, with a read from the HDD saving
+    /// `service` seconds: the accounts age, and the rule is looked at
+    /// again. Admitting at the first miss stays the rule while what it
+    /// gains over admitting at the second (one HDD read per extent read
+    /// again) is worth what it loses (a copy per extent never read again);
+    /// measured on its own copies while it is the rule, and on the ghost's
+    /// first misses and hits while waiting for reuse.
+    fn decided(&mut self, service: f64) {
         self.admitted.decay(self.keep);
         self.ghost.decay(self.keep);
-        // Judged only once a few copies' worth was spent.
-        let enough = self.admitted.spent + self.ghost.spent >= 8.0 * self.copy;
-        match self.first_return() {
-            Some(r) if enough && self.at_first && r < REUSE_STOP => {
+        self.first.decay(self.keep);
+        self.would.decay(self.keep);
+        if self.at_first {
+            if self
+                .first
+                .edge(service, self.copy)
+                .is_some_and(|e| e < REUSE_STOP)
+            {
                 self.at_first = false;
                 self.ghost = Account::default();
+                self.would = Rereads::default();
             }
-            Some(r) if enough && !self.at_first && r >= REUSE_RESUME => {
-                self.at_first = true;
-            }
-            _ => {}
+        } else if self
+            .would
+            .edge(service, self.copy)
+            .is_some_and(|e| e >= REUSE_RESUME)
+        {
+            self.at_first = true;
+            self.first = Rereads::default();
         }
     }
 }
@@ -318,7 +382,9 @@ pub struct LedgerStatus {
     pub users_hdd_s: f64,
     /// HDD seconds the SSD saved them.
     pub saved_hdd_s: f64,
-    /// HDD seconds admissions spent copying.
+    /// Seconds admissions spent copying, each copy from its start to its
+    /// end (its wait behind the users' requests included: what the
+    /// admissions' bucket pays).
     pub admissions_hdd_s: f64,
     /// HDD seconds the migrator's budgeted moves spent.
     pub placement_hdd_s: f64,
@@ -421,14 +487,23 @@ impl Ledger {
             > 0.0
     }
 
-    /// An admission's copy took `d` of device time (`first`: the extent
-    /// was admitted at its first miss).
-    pub fn admitted(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        self.admission.lock().spend(secs);
-        self.spent.lock().0 += secs;
+    /// An admission's copy took `span` from its start to its end and
+    /// `head` of the HDD's mechanism time. The bucket pays the span: a
+    /// copy queued behind the users' requests holds the HDD for the users
+    /// queued behind it as long as the queue it waited in, so under load
+    /// the span is what the copy costs them now. The reuse accounts pay
+    /// the head time: whether copies pay back is a question of HDD time
+    /// spent against HDD time saved, queue or no queue.
+    pub fn admitted(&self, span: Duration, head: Duration) {
+        let paid = span.as_secs_f64();
+        self.admission.lock().spend(paid);
+        self.spent.lock().0 += paid;
+        let secs = head.as_secs_f64();
         let mut r = self.reuse.lock();
         r.admitted.spent += secs;
+        if r.at_first {
+            r.first.copies += 1.0;
+        }
         r.copy = if r.copy == COPY_GUESS {
             secs.max(1e-6)
         } else {
@@ -438,16 +513,21 @@ impl Ledger {
 
     /// A read of an admitted extent was served from flash: one HDD request
     /// saved for the admissions' account.
-    pub(crate) fn admitted_hit(&self) {
+    pub(crate) fn admitted_hit(&self, first: bool) {
         let saved = self.hdd_service_time().as_secs_f64();
-        self.reuse.lock().admitted.saved += saved;
+        let mut r = self.reuse.lock();
+        r.admitted.saved += saved;
+        if first && r.at_first {
+            r.first.reread += 1.0;
+        }
     }
 
     /// Whether a first miss is admitted at once now (else on shown reuse);
     /// one decision made, the accounts age.
     pub(crate) fn admit_at_first_miss(&self) -> bool {
+        let service = self.hdd_service_time().as_secs_f64();
         let mut r = self.reuse.lock();
-        r.decided();
+        r.decided(service);
         r.at_first
     }
 
@@ -458,6 +538,7 @@ impl Ledger {
         if !r.at_first {
             let c = r.copy;
             r.ghost.spent += c;
+            r.would.copies += 1.0;
         }
     }
 
@@ -468,6 +549,7 @@ impl Ledger {
         let mut r = self.reuse.lock();
         if !r.at_first {
             r.ghost.saved += saved;
+            r.would.reread += 1.0;
         }
     }
 
@@ -552,25 +634,28 @@ mod tests {
     }
 
     #[test]
-    fn copies_never_read_again_turn_admission_to_shown_reuse_and_ghost_hits_bring_it_back() {
+    fn copies_rarely_read_again_turn_admission_to_shown_reuse_and_ghost_hits_bring_it_back() {
         let mut r = Reuse::new(16);
+        r.copy = 0.010;
         assert!(r.at_first, "admitting at once at first");
-        // Copies of 10 ms, each read once more (a 5 ms request saved): half
-        // their cost comes back.
-        for _ in 0..40 {
-            r.admitted.spent += 0.010;
-            r.copy = 0.010;
-            r.admitted.saved += 0.005;
-            r.decided();
+        // Copies of 10 ms, one in four read again (each reread a 5 ms HDD
+        // read saved): 5 ms gained for every 30 ms of copies never read.
+        for i in 0..40 {
+            r.first.copies += 1.0;
+            if i % 4 == 0 {
+                r.first.reread += 1.0;
+            }
+            r.decided(0.005);
         }
         assert!(!r.at_first, "{r:?}");
-        assert!(r.first_return().is_some_and(|x| x < REUSE_STOP));
-        // Waiting for reuse, every remembered miss comes back three times
-        // (each would have been a hit worth 5 ms) for a 10 ms copy.
-        for _ in 0..200 {
-            r.ghost.spent += 0.010;
-            r.ghost.saved += 0.015;
-            r.decided();
+        // Waiting for reuse, three in four remembered misses come back: 15
+        // ms gained for every 10 ms copy admitting at once would waste.
+        for i in 0..200 {
+            r.would.copies += 1.0;
+            if i % 4 != 0 {
+                r.would.reread += 1.0;
+            }
+            r.decided(0.005);
             if r.at_first {
                 break;
             }
@@ -579,14 +664,37 @@ mod tests {
     }
 
     #[test]
-    fn a_return_about_one_does_not_flip_the_rule() {
+    fn a_high_return_does_not_keep_admitting_at_the_first_miss_when_the_second_does_better() {
+        // Every copy pays back many times over in reads, yet half of them
+        // are never read again: admitting at the second miss makes the
+        // same hits for half the copies, and costs only the second reads.
         let mut r = Reuse::new(16);
-        for _ in 0..500 {
-            r.admitted.spent += 0.010;
-            r.admitted.saved += 0.009;
-            r.copy = 0.010;
-            r.decided();
-            assert!(r.at_first, "0.9 is above the stop line: {r:?}");
+        r.copy = 0.020;
+        for i in 0..40 {
+            r.admitted.spent += 0.020;
+            r.first.copies += 1.0;
+            if i % 2 == 0 {
+                r.admitted.saved += 0.100;
+                r.first.reread += 1.0;
+            }
+            r.decided(0.005);
+        }
+        assert!(r.first_return().is_some_and(|x| x > 2.0), "{r:?}");
+        assert!(!r.at_first, "{r:?}");
+    }
+
+    #[test]
+    fn an_edge_about_one_does_not_flip_the_rule() {
+        // Two in three read again: 2 x 5 ms gained against 10 ms lost.
+        let mut r = Reuse::new(16);
+        r.copy = 0.010;
+        for i in 0..500 {
+            r.first.copies += 1.0;
+            if i % 3 != 2 {
+                r.first.reread += 1.0;
+            }
+            r.decided(0.005);
+            assert!(r.at_first, "about 1 is above the stop line: {r:?}");
         }
     }
 
@@ -599,15 +707,17 @@ mod tests {
         l.hdd_foreground(ms(0), ms(8));
         l.hdd_foreground(ms(10), ms(18));
         assert_eq!(l.hdd_service_time(), ms(8));
-        l.admitted(ms(16));
-        l.admitted_hit();
-        l.admitted_hit();
+        // The copy waited 84 ms behind the users and took the HDD 16 ms:
+        // the bucket pays the 100 ms span, the reuse account the 16 ms.
+        l.admitted(ms(100), ms(16));
+        l.admitted_hit(true);
+        l.admitted_hit(false);
         let s = l.status();
         assert!(
             (s.first_miss_return.unwrap_or(0.0) - 1.0).abs() < 1e-9,
             "{s:?}"
         );
-        assert!((s.admissions_hdd_s - 0.016).abs() < 1e-9);
+        assert!((s.admissions_hdd_s - 0.100).abs() < 1e-9);
         assert!(s.admit_at_first_miss);
         l.set_shares(None, 1.0);
         assert!(

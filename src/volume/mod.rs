@@ -234,6 +234,13 @@ impl Volume {
         self.devices.get(tier).model_busy()
     }
 
+    /// The HDD's modelled mechanism time spent on the calling thread's own
+    /// requests so far (see [`crate::device::BlockDevice::model_busy_here`]);
+    /// `None` when the HDD has no such model.
+    pub(crate) fn hdd_busy_here(&self) -> Option<std::time::Duration> {
+        self.devices.get(Tier::Hdd).model_busy_here()
+    }
+
     /// The HDD tier's link as measured, when it is remote.
     pub fn hdd_link(&self) -> Option<crate::device::LinkEstimate> {
         self.devices.get(Tier::Hdd).link()
