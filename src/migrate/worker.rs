@@ -172,6 +172,10 @@ pub struct Migrator {
     /// it is used up or [`PRECLEAN_LIST_AGE`] old, so the look's walk of
     /// the SSD is paid once per list, not once per batch of four.
     preclean_list: Mutex<(std::collections::VecDeque<u64>, Duration)>,
+    /// Extents per group of write-back while the HDD is free of users
+    /// (`upkeep::write_back`): grown until a group's syncs take at most a
+    /// quarter of its time.
+    write_back_group: std::sync::atomic::AtomicUsize,
 }
 
 /// The running background thread.
@@ -258,6 +262,7 @@ impl Migrator {
             progress: Progress::default(),
             preclean_none: Mutex::new(None),
             preclean_list: Mutex::new((std::collections::VecDeque::new(), Duration::ZERO)),
+            write_back_group: std::sync::atomic::AtomicUsize::new(SPECULATIVE_BATCH),
         }
     }
 

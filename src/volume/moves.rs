@@ -630,7 +630,10 @@ impl Volume {
     /// back.
     pub(crate) fn sync_moves(&self, c: Copied) -> VolumeResult<Synced> {
         let dev = self.devices.get(c.to);
-        if let Err(e) = dev.sync() {
+        let t0 = self.clock.io_now();
+        let synced = dev.sync();
+        self.count_move_sync(t0);
+        if let Err(e) = synced {
             self.free_dsts(&c.items);
             Stats::add(&self.stats.migration_errors, c.items.len() as u64);
             Stats::add(&self.stats.dev_errors[c.to.index()], 1);
@@ -641,6 +644,12 @@ impl Volume {
             items: c.items,
             copied: c.copied,
         })
+    }
+
+    /// A move's sync or flush began at `t0` (`io_now`) and ended now.
+    fn count_move_sync(&self, t0: std::time::Duration) {
+        let took = self.clock.io_now().saturating_sub(t0);
+        Stats::add(&self.stats.move_sync_ns, took.as_nanos() as u64);
     }
 
     /// Step 4: commit each mapping unless a foreground write changed the
@@ -735,7 +744,10 @@ impl Volume {
     /// live but not yet durable: what they gave up is freed only after a
     /// later flush succeeds.
     pub(crate) fn flush_moves(&self, c: Committed) -> VolumeResult<Flushed> {
-        if let Err(e) = self.flush() {
+        let t0 = self.clock.io_now();
+        let flushed = self.flush();
+        self.count_move_sync(t0);
+        if let Err(e) = flushed {
             for (it, _) in &c.items {
                 for r in &it.release {
                     match *r {

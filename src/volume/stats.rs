@@ -55,6 +55,10 @@ pub struct Stats {
     pub log_write_bytes: AtomicU64,
     /// Writes to HDD extents that went to the HDD because the log was full.
     pub log_full: AtomicU64,
+    /// Time moves and write-backs spent making their copies and mappings
+    /// durable (the destination's sync, the metadata flush), ns on the
+    /// volume's I/O clock: the fixed part of a batch's cost.
+    pub move_sync_ns: AtomicU64,
     /// Blocks written back from the log to their HDD extents.
     pub written_back_blocks: AtomicU64,
     /// Demotions that wrote nothing: the extent's shadow was clean.
