@@ -10,7 +10,8 @@
 #   benchmarks/daemon-log-drain.sh [TIERD_BINARY]
 #
 # SSD_SIZE and HDD_SIZE set the images (default 1GiB and 8GiB); IDLE the
-# seconds watched (default 60). TIERCTL names tierctl (default beside tierd).
+# seconds watched (default 60); WRITE_LOG=false runs the same writes with
+# the write log off (the baseline the log must never be slower than). TIERCTL names tierctl (default beside tierd).
 set -eu
 BIN=${1:-target/release/tierd}
 RUNTIME=${RUNTIME:-60}
@@ -18,9 +19,11 @@ IDLE=${IDLE:-60}
 PORT=${PORT:-10961}
 SSD_SIZE=${SSD_SIZE:-1GiB}
 HDD_SIZE=${HDD_SIZE:-8GiB}
+WRITE_LOG=${WRITE_LOG:-true}
 TIERCTL=${TIERCTL:-$(dirname "$BIN")/tierctl}
 dir=$(mktemp -d /var/tmp/logdrain.XXXX)
 "$BIN" serve --data-dir "$dir" --ssd-size "$SSD_SIZE" --hdd-size "$HDD_SIZE" \
+  --write-log "$WRITE_LOG" \
   --listen 127.0.0.1:$PORT --metrics-listen "" --control "$dir/control.sock" >"$dir/log" 2>&1 &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
