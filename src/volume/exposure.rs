@@ -1,7 +1,7 @@
 //! Exposure: the data whose only copy is on the SSD, and how long the
 //! oldest of it has been so — what an SSD failure would lose now.
 //!
-//! What counts, per mapping ([`ssd_only_sectors`]):
+//! What counts, per mapping ([`ssd_only_sectors_with`]):
 //! - an extent on the SSD without an HDD shadow: every written block;
 //! - an extent on the SSD with a shadow: its written blocks the shadow
 //!   holds stale (a clean shadow: nothing);
@@ -53,7 +53,7 @@ pub struct Exposure {
 
 /// Blocks of `blocks` written in `written` and set in `stale` (both
 /// bitmaps word by word: no walk over the blocks).
-fn written_and_stale(written: &Written, stale: &Written, blocks: u32) -> u64 {
+pub(crate) fn written_and_stale(written: &Written, stale: &Written, blocks: u32) -> u64 {
     let words = (blocks as usize).div_ceil(64);
     let word = |w: &Written, i: usize| -> u64 {
         match w {
@@ -73,13 +73,25 @@ fn written_and_stale(written: &Written, stale: &Written, blocks: u32) -> u64 {
         .sum()
 }
 
+/// [`ssd_only_sectors_with`], counting the stale blocks itself.
+#[cfg(test)]
+fn ssd_only_sectors(m: &Mapping, blocks: u32) -> u64 {
+    let stale = m
+        .shadow
+        .as_ref()
+        .map_or(0, |s| written_and_stale(&m.written, &s.stale, blocks));
+    ssd_only_sectors_with(m, blocks, stale)
+}
+
 /// The 512-byte sectors of `m` whose only copy is on the SSD (see the
-/// module's documentation).
-pub(crate) fn ssd_only_sectors(m: &Mapping, blocks: u32) -> u64 {
+/// module's documentation), given `stale`: how many of `m`'s written blocks
+/// its shadow holds stale (0 without a shadow), which the map's counts
+/// compute anyway.
+pub(crate) fn ssd_only_sectors_with(m: &Mapping, blocks: u32, stale: u64) -> u64 {
     match m.loc.tier {
         Tier::Ssd => match &m.shadow {
             None => u64::from(m.written.count(blocks)) * SECTORS_PER_BLOCK,
-            Some(s) => written_and_stale(&m.written, &s.stale, blocks) * SECTORS_PER_BLOCK,
+            Some(_) => stale * SECTORS_PER_BLOCK,
         },
         Tier::Hdd => m
             .logged

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::exposure::{ssd_only_sectors, Since};
+use super::exposure::{ssd_only_sectors_with, written_and_stale, Since};
 use super::extent::{Loc, Mapping, Written};
 use super::geometry::Tier;
 use super::lock::{RawLock, ReadGuard, WriteGuard};
@@ -90,17 +90,20 @@ impl Tally {
         let mut t = Tally::default();
         t.mapped[m.loc.tier.index()] = 1;
         t.logged = m.logged.len() as i64;
-        if let Some(s) = &m.shadow {
+        // Written blocks the shadow holds stale, counted once for the
+        // shadow counts and the exposure alike (word by word).
+        let stale = m
+            .shadow
+            .as_ref()
+            .map_or(0, |s| written_and_stale(&m.written, &s.stale, blocks));
+        if m.shadow.is_some() {
             t.shadows = 1;
             let written = i64::from(m.written.count(blocks));
-            let stale = (0..blocks)
-                .filter(|b| m.written.get(*b) && s.stale.get(*b))
-                .count() as i64;
-            t.shadow_stale = stale;
-            t.shadow_clean = written - stale;
+            t.shadow_stale = stale as i64;
+            t.shadow_clean = written - stale as i64;
             t.clean_extents = i64::from(stale == 0);
         }
-        t.ssd_only = ssd_only_sectors(m, blocks) as i64;
+        t.ssd_only = ssd_only_sectors_with(m, blocks, stale) as i64;
         t
     }
 }
