@@ -203,6 +203,9 @@ pub enum Reason {
     Evacuate,
     /// Brought up by a read that missed flash (admission at the miss).
     Admit,
+    /// Given an HDD copy to keep the SSD exposure bound
+    /// (`durability.ssd-exposure`).
+    Exposure,
 }
 
 impl Reason {
@@ -219,12 +222,13 @@ impl Reason {
             Reason::Writeback => "writeback",
             Reason::Evacuate => "evacuate",
             Reason::Admit => "admit",
+            Reason::Exposure => "exposure",
         }
     }
 }
 
 /// Reasons in counter order.
-pub const REASONS: [Reason; 10] = [
+pub const REASONS: [Reason; 11] = [
     Reason::Hot,
     Reason::Near,
     Reason::Cold,
@@ -235,6 +239,7 @@ pub const REASONS: [Reason; 10] = [
     Reason::Writeback,
     Reason::Evacuate,
     Reason::Admit,
+    Reason::Exposure,
 ];
 
 /// How long the thread reading an NBD connection's next request polls for

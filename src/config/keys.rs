@@ -263,7 +263,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 pub fn reload_effect(key: &str) -> Reload {
     match key {
         "log-level" | "heat.sequential-cutoff" => Reload::Live,
-        k if k.starts_with("migrate.") => Reload::Live,
+        k if k.starts_with("migrate.") || k.starts_with("durability.") => Reload::Live,
         "ssd-size" | "hdd-size" | "extent-size" | "reserve" => Reload::Format,
         _ => Reload::Restart,
     }

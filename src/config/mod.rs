@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::heat::HeatConfig;
-use crate::migrate::MigrateConfig;
+use crate::migrate::{DurabilityConfig, MigrateConfig};
 use crate::units::{duration_secs, ByteSize, InvalidKey};
 
 mod keys;
@@ -135,6 +135,8 @@ pub struct Config {
     pub heat: HeatConfig,
     /// Background migration and placement policy (`[migrate]` table).
     pub migrate: MigrateConfig,
+    /// What is done so an SSD failure costs less (`[durability]` table).
+    pub durability: DurabilityConfig,
 }
 
 impl Default for Config {
@@ -174,6 +176,7 @@ impl Default for Config {
             control: None,
             heat: HeatConfig::default(),
             migrate: MigrateConfig::default(),
+            durability: DurabilityConfig::default(),
         }
     }
 }

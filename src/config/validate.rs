@@ -95,6 +95,7 @@ impl Config {
         }
         self.heat.validate()?;
         self.migrate.validate()?;
+        self.durability.validate()?;
         if self.max_connections == 0 {
             return Err(InvalidKey::new("max-connections", "must be at least 1"));
         }

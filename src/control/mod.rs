@@ -521,6 +521,18 @@ pub struct Status {
     /// is longer than `ssd_only_oldest_s`.
     #[serde(default)]
     pub ssd_only_oldest_at_open: bool,
+    /// The SSD exposure bound in force (`durability.ssd-exposure`), in
+    /// seconds; `None`: no bound.
+    #[serde(default)]
+    pub ssd_exposure_bound_s: Option<f64>,
+    /// With a bound: whether it holds now (no SSD-only data older than
+    /// it); `None` without a bound.
+    #[serde(default)]
+    pub ssd_exposure_bound_kept: Option<bool>,
+    /// With a bound: why it cannot be kept now, if something stands in
+    /// its way (the HDD has no room for copies, shadows are off).
+    #[serde(default)]
+    pub ssd_exposure_bound_blocked: Option<String>,
     /// Pin entries.
     pub pins: usize,
     /// Open NBD connections.

@@ -1,6 +1,8 @@
 //! The migrator's knobs: [`MigrateConfig`], the `[migrate]` table of the
-//! configuration (the placement policy's keys flattened into it), with its
-//! defaults and the check of values that parse but make no sense.
+//! configuration (the placement policy's keys flattened into it), and
+//! [`DurabilityConfig`], the `[durability]` table (the copies the migrator
+//! keeps for the SSD's sake), with their defaults and the check of values
+//! that parse but make no sense.
 
 use std::time::Duration;
 
@@ -123,6 +125,47 @@ impl MigrateConfig {
             return Err(InvalidKey::new(
                 "migrate.batch",
                 "must be between 1 and 1024",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The `[durability]` table: what the migrator does so an SSD failure
+/// costs less (docs/reliability.md, "Bounding what an SSD failure loses").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
+pub struct DurabilityConfig {
+    /// Longest any data keeps its only copy on the SSD while the HDD has
+    /// free slots: an SSD extent without an HDD copy gets one, a stale
+    /// copy is brought up to date, the write log's blocks are written
+    /// back, each before its data has been SSD-only this long (in the
+    /// HDD's idle time while it has any, paced and yielding to users
+    /// otherwise). `0s`: no bound (the default). Live.
+    #[serde(with = "crate::units::duration_secs")]
+    pub ssd_exposure: Duration,
+}
+
+impl Default for DurabilityConfig {
+    fn default() -> Self {
+        DurabilityConfig {
+            ssd_exposure: Duration::ZERO,
+        }
+    }
+}
+
+/// Shortest bound `durability.ssd-exposure` takes: the migrator looks once
+/// a round (a second by default) and a copy takes time of its own.
+pub const MIN_SSD_EXPOSURE: Duration = Duration::from_secs(2);
+
+impl DurabilityConfig {
+    /// Check values that parse but make no sense; the error names the key.
+    pub fn validate(&self) -> Result<(), InvalidKey> {
+        let d = self.ssd_exposure;
+        if !d.is_zero() && d < MIN_SSD_EXPOSURE {
+            return Err(InvalidKey::new(
+                "durability.ssd-exposure",
+                "must be 0s (no bound) or at least 2s",
             ));
         }
         Ok(())

@@ -62,6 +62,9 @@ pub struct RoundReport {
     pub shadows_dropped: usize,
     /// SSD extents given a clean HDD copy (pre-cleaning).
     pub precleaned: usize,
+    /// Extents given an HDD copy (a new one, a stale one brought up to
+    /// date, logged blocks written back) for the SSD exposure bound.
+    pub covered: usize,
     /// Speculative moves left for a later round: the HDD was serving users.
     pub deferred: usize,
     /// Of those, promotions and their swaps the placement budget had no
@@ -73,7 +76,10 @@ impl RoundReport {
     /// Whether the next round should start at once instead of after the
     /// interval: the budget was full and moves are getting done.
     pub fn more_waiting(&self) -> bool {
-        (self.truncated && self.moved > 0) || self.written_back > 0 || self.precleaned > 0
+        (self.truncated && self.moved > 0)
+            || self.written_back > 0
+            || self.precleaned > 0
+            || self.covered > 0
     }
 }
 
@@ -176,6 +182,8 @@ pub struct Migrator {
     /// (`upkeep::write_back`): grown until a group's syncs take at most a
     /// quarter of its time.
     write_back_group: std::sync::atomic::AtomicUsize,
+    /// `durability.ssd-exposure` in ns (0: no bound).
+    exposure_bound: AtomicU64,
 }
 
 /// The running background thread.
@@ -263,6 +271,7 @@ impl Migrator {
             preclean_none: Mutex::new(None),
             preclean_list: Mutex::new((std::collections::VecDeque::new(), Duration::ZERO)),
             write_back_group: std::sync::atomic::AtomicUsize::new(SPECULATIVE_BATCH),
+            exposure_bound: AtomicU64::new(0),
         }
     }
 
@@ -278,6 +287,18 @@ impl Migrator {
             self.vol.hdd_link().as_ref(),
         ));
         *self.cfg.lock() = cfg;
+    }
+
+    /// Set the SSD exposure bound (`durability.ssd-exposure`; zero: none),
+    /// live.
+    pub fn set_exposure_bound(&self, bound: Duration) {
+        self.exposure_bound
+            .store(bound.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// The SSD exposure bound in force (zero: none).
+    pub fn exposure_bound(&self) -> Duration {
+        Duration::from_nanos(self.exposure_bound.load(Ordering::Relaxed))
     }
 
     /// Pause or resume migration.
@@ -643,12 +664,15 @@ impl Migrator {
             }
         }
         if !self.paused() {
+            self.keep_exposure(&cfg, &mut report);
+        }
+        if !self.paused() {
             self.write_back(&cfg, &mut report);
         }
         // Idle: no foreground read or write since the last round.
         let reads = read_count(vol);
         let quiet = self.last_reads.swap(reads, Ordering::Relaxed) == reads && write_rate < 1.0;
-        if !self.paused() && quiet && report.moved + report.written_back == 0 {
+        if !self.paused() && quiet && report.moved + report.written_back + report.covered == 0 {
             self.preclean(&cfg, &mut report);
         }
         report
@@ -747,6 +771,7 @@ impl Migrator {
                         + r.written_back
                         + r.shadows_dropped
                         + r.precleaned
+                        + r.covered
                         > 0 =>
                 {
                     debug!(?r, "migration round")

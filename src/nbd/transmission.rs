@@ -516,12 +516,18 @@ impl<W: Wire> Shared<W> {
                 } else {
                     None
                 };
-                // Spliced into the pipe (`true`), or read into `buf`.
+                // Spliced into the pipe (`true`), or read into `buf`. A
+                // splice that fails is read again by copying: the export
+                // may serve it another way (tierd: an extent's HDD copy
+                // when the SSD fails); the pipe, which may hold part of
+                // it, is dropped.
+                let mut splice_failed = false;
                 let done = self.call("read", u64::from(len), cookie, || {
                     if let Some(p) = p {
-                        if let Some(r) = export.read_to_pipe(offset, u64::from(len), p.input(), ctx)
-                        {
-                            return r.map(|()| true);
+                        match export.read_to_pipe(offset, u64::from(len), p.input(), ctx) {
+                            Some(Ok(())) => return Ok(true),
+                            Some(Err(_)) => splice_failed = true,
+                            None => {}
                         }
                     }
                     export.read(offset, room(buf, n), ctx).map(|()| false)
@@ -533,7 +539,12 @@ impl<W: Wire> Shared<W> {
                             self.send_spliced(&head, p, n);
                         }
                     }
-                    Ok((false, Ok(head))) => self.reply(&head, &buf[..n]),
+                    Ok((false, Ok(head))) => {
+                        if splice_failed {
+                            pipe.discard();
+                        }
+                        self.reply(&head, &buf[..n])
+                    }
                     Ok((_, Err(head))) | Err(head) => {
                         // A failed splice may have left data in the pipe.
                         if p.is_some() {

@@ -188,6 +188,36 @@ pub struct Live {
 }
 
 impl Live {
+    /// What stands in the way of the SSD exposure bound now, if anything
+    /// (`None` too when nothing is SSD-only).
+    fn bound_blocked(&self, exposure: &crate::volume::Exposure) -> Option<String> {
+        let vol = &self.volume;
+        if exposure.bytes == 0 {
+            return None;
+        }
+        if !self.migrator.config().enabled {
+            return Some(
+                "migration is disabled (`migrate.enabled = false`): no copies are made".into(),
+            );
+        }
+        if self.migrator.paused() {
+            return Some(
+                "migration is paused (`tierctl migrate resume`): no copies are made".into(),
+            );
+        }
+        if !vol.shadows_enabled() {
+            return Some(
+                "shadows are off (`shadows = false`): SSD extents keep no HDD copy; only the write log is written back".into(),
+            );
+        }
+        if vol.clean_copy_room() == 0 {
+            return Some(
+                "the HDD has no free slot to spare for copies: SSD extents without one stay SSD-only until it has (the volume is fuller than the HDD holds)".into(),
+            );
+        }
+        None
+    }
+
     /// Live state for a volume, its heat map and its migrator.
     pub fn new(
         volume: Arc<Volume>,
@@ -442,6 +472,7 @@ impl Live {
         let es = geo.extent_size;
         let usage = vol.usage();
         let exposure = vol.exposure();
+        let bound = Some(self.migrator.exposure_bound()).filter(|b| !b.is_zero());
         let s = vol.stats();
         let mut lat = self.latencies();
         let space = tier_space(&geo, &usage, self.migrator.reserve_extents());
@@ -572,6 +603,9 @@ impl Live {
             ssd_only_bytes: exposure.bytes,
             ssd_only_oldest_s: exposure.oldest.map(|d| d.as_secs_f64()),
             ssd_only_oldest_at_open: exposure.oldest_at_open,
+            ssd_exposure_bound_s: bound.map(|b| b.as_secs_f64()),
+            ssd_exposure_bound_kept: bound.map(|b| exposure.oldest.is_none_or(|o| o <= b)),
+            ssd_exposure_bound_blocked: bound.and_then(|_| self.bound_blocked(&exposure)),
             pins: vol.pins().len(),
             connections: self.probe.count(),
             inflight: vol.inflight() as u64,

@@ -146,6 +146,13 @@ pub async fn run_with(
         heat.clone(),
         in_force.migrate,
     ));
+    migrator.set_exposure_bound(in_force.durability.ssd_exposure);
+    if !in_force.durability.ssd_exposure.is_zero() {
+        info!(
+            bound_s = in_force.durability.ssd_exposure.as_secs_f64(),
+            "SSD exposure bound: SSD-only data gets an HDD copy within this time while the HDD has room"
+        );
+    }
     if settings.live_settings().contains_key("reserve") {
         if let Some(bytes) = in_force.reserve {
             let es = volume.geometry().extent_size;

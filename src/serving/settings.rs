@@ -29,7 +29,11 @@ pub type LogLevelFn = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 /// Whether `key` may change while the daemon runs.
 pub fn is_live(key: &str) -> bool {
-    key.starts_with("migrate.") || matches!(key, "heat.sequential-cutoff" | "log-level" | "reserve")
+    key.starts_with("migrate.")
+        || matches!(
+            key,
+            "heat.sequential-cutoff" | "log-level" | "reserve" | "durability.ssd-exposure"
+        )
 }
 
 /// What the daemon keeps in the metadata store for the operator: the live
@@ -224,6 +228,12 @@ impl Settings {
             }
             live.wake();
             applied.extend(diff.iter().filter(|k| k.starts_with("migrate.")));
+        }
+        if diff.contains(&"durability.ssd-exposure") {
+            live.migrator
+                .set_exposure_bound(new.durability.ssd_exposure);
+            live.wake();
+            applied.push("durability.ssd-exposure");
         }
         if diff.contains(&"heat.sequential-cutoff") {
             live.heat

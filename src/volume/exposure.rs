@@ -165,6 +165,30 @@ impl Since {
         Some((age, !not_at_open))
     }
 
+    /// Extents exposed for at least `age`, oldest first, at most `max`;
+    /// with the oldest's age.
+    pub(crate) fn older_than(&self, age: Duration, max: usize) -> Vec<(u64, Duration)> {
+        let now = self.clock.now().as_nanos() as u64;
+        let age = age.as_nanos() as u64;
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for s in self.shards.iter() {
+            out.extend(
+                s.lock()
+                    .iter()
+                    .filter(|(_, (at, _))| now.saturating_sub(*at) >= age)
+                    .map(|(e, (at, _))| (*e, *at)),
+            );
+        }
+        if out.len() > max {
+            out.select_nth_unstable_by_key(max, |(e, at)| (*at, *e));
+            out.truncate(max);
+        }
+        out.sort_unstable_by_key(|(e, at)| (*at, *e));
+        out.into_iter()
+            .map(|(e, at)| (e, Duration::from_nanos(now.saturating_sub(at))))
+            .collect()
+    }
+
     /// Extents recorded as exposed.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -188,6 +212,18 @@ impl Volume {
             oldest: oldest.map(|(age, _)| age),
             oldest_at_open: oldest.is_some_and(|(_, at_open)| at_open),
         }
+    }
+}
+
+impl Volume {
+    /// The extents whose data has been SSD-only for at least `age`, oldest
+    /// first, at most `max`, each with how long (the exposure bound's
+    /// work list: `durability.ssd-exposure`).
+    pub fn exposed_for(&self, age: Duration, max: usize) -> Vec<(u64, Duration)> {
+        if self.map.counts().ssd_only_sectors == 0 {
+            return Vec::new();
+        }
+        self.map.exposed_since().older_than(age, max)
     }
 }
 
@@ -257,6 +293,18 @@ mod tests {
         assert_eq!(since.oldest(), Some((Duration::from_secs(7), true)));
         since.covered(7);
         assert_eq!(since.oldest(), Some((Duration::from_secs(2), false)));
+        since.exposed(9);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(
+            since.older_than(Duration::from_secs(1), 10),
+            vec![(3, Duration::from_secs(3)), (9, Duration::from_secs(1))]
+        );
+        assert_eq!(since.older_than(Duration::from_secs(2), 10).len(), 1);
+        assert_eq!(
+            since.older_than(Duration::ZERO, 1),
+            vec![(3, Duration::from_secs(3))]
+        );
+        since.covered(9);
         since.covered(3);
         assert_eq!(since.oldest(), None);
         assert_eq!(since.len(), 0);

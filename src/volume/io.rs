@@ -331,7 +331,17 @@ impl Volume {
             if matches!(m.written, Written::Full) && m.logged.is_empty() {
                 let at = self.geo.slot_offset(m.loc.slot) + p.start;
                 if let Err(e) = read(dst, m.loc.tier, at)? {
-                    return Some(Err(e));
+                    // The SSD failed: its clean HDD copy, if it has one.
+                    let (first, last) = block_span(p.start, p.len);
+                    match self.hdd_copy_of(m, first, last) {
+                        Some(copy) => {
+                            if let Err(e) = read(dst, Tier::Hdd, copy + p.start)? {
+                                return Some(Err(e));
+                            }
+                            Stats::add(&self.stats.read_from_copy, 1);
+                        }
+                        None => return Some(Err(e)),
+                    }
                 }
                 hit_bytes[t] += p.len;
                 continue;
@@ -355,7 +365,18 @@ impl Volume {
                     Some((tier, at)) => {
                         let skip = lo - u64::from(run.first) * BLOCK_SIZE;
                         if let Err(e) = read(part, tier, at + skip)? {
-                            return Some(Err(e));
+                            // The SSD failed: its clean HDD copy, if it
+                            // has one (a block in the write log has none).
+                            let copy = (tier == Tier::Ssd && m.loc.tier == Tier::Ssd)
+                                .then(|| self.hdd_copy_of(m, run.first, run.first + run.count - 1))
+                                .flatten();
+                            let Some(copy) = copy else {
+                                return Some(Err(e));
+                            };
+                            if let Err(e) = read(part, Tier::Hdd, copy + lo)? {
+                                return Some(Err(e));
+                            }
+                            Stats::add(&self.stats.read_from_copy, 1);
                         }
                     }
                 }
@@ -503,6 +524,19 @@ pub(crate) struct Run {
 }
 
 impl Volume {
+    /// The HDD offset of the slot holding a clean copy of blocks
+    /// `first..=last` of SSD extent `m` (its shadow, none of them stale),
+    /// for reads the SSD fails; `None` when it has no such copy.
+    pub(crate) fn hdd_copy_of(&self, m: &Mapping, first: u32, last: u32) -> Option<u64> {
+        if m.loc.tier != Tier::Ssd {
+            return None;
+        }
+        let shadow = m.shadow.as_ref()?;
+        (first..=last)
+            .all(|b| !shadow.stale.get(b))
+            .then(|| self.geo.slot_offset(shadow.slot))
+    }
+
     /// Where the newest data of block `b` of mapping `m` is (tier, device
     /// offset), if it is written.
     /// A block logged in part reads from its HDD slot, with the log's

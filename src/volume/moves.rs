@@ -303,6 +303,17 @@ impl Flushed {
 }
 
 impl Volume {
+    /// New clean HDD copies of SSD extents the HDD can take now: its free
+    /// slots beyond the reserve's and one (the room demotions need); none
+    /// with shadows off. Pre-cleaning and the SSD exposure bound stop there.
+    pub fn clean_copy_room(&self) -> u64 {
+        if !self.shadows_enabled.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let spare = u64::from(self.reserve_target().max(1));
+        u64::from(self.alloc.free_count(Tier::Hdd)).saturating_sub(spare + 1)
+    }
+
     /// Step 1: snapshot each extent and take a new slot for those that
     /// need one. Extents with nothing to do, or no room, are answered at
     /// once.
@@ -318,10 +329,9 @@ impl Volume {
         // shadows switched off.
         let mut clean_room = usize::MAX;
         if goal == Goal::Clean {
-            let spare = u64::from(self.reserve_target().max(1));
-            let room = u64::from(self.alloc.free_count(Tier::Hdd)).saturating_sub(spare + 1);
+            let room = self.clean_copy_room();
             clean_room = room as usize;
-            if !self.shadows_enabled.load(Ordering::Relaxed) || room == 0 {
+            if room == 0 {
                 out.extend(extents.iter().map(|&(e, _)| (e, MoveOutcome::NoRoom)));
                 return Ok((
                     Reserved {

@@ -29,6 +29,9 @@ pub struct Stats {
     /// Bytes of users' writes that reached each tier (the SSD: an SSD
     /// extent or the write log; the HDD: in place), padding included.
     pub write_landed_bytes: [AtomicU64; 2],
+    /// Reads (or parts of reads) the SSD failed that the extent's clean
+    /// HDD copy served instead.
+    pub read_from_copy: AtomicU64,
     /// Logical read pieces of unmapped space (zeros, no device I/O).
     pub read_unmapped: AtomicU64,
     /// Their bytes.

@@ -18,7 +18,7 @@ fn dur(secs: Option<f64>) -> String {
 /// SSD and how long ago the oldest of it was written.
 fn exposure_line(s: &Status) -> String {
     if s.ssd_only_bytes == 0 {
-        return "exposure: nothing only on the SSD".into();
+        return format!("exposure: nothing only on the SSD{}", bound_text(s));
     }
     let age = match s.ssd_only_oldest_s {
         None => String::new(),
@@ -27,7 +27,25 @@ fn exposure_line(s: &Status) -> String {
         ),
         Some(secs) => format!(", oldest written {secs:.0} s ago"),
     };
-    format!("exposure: {} only on the SSD{age}", human(s.ssd_only_bytes))
+    let mut line = format!("exposure: {} only on the SSD{age}", human(s.ssd_only_bytes));
+    line.push_str(&bound_text(s));
+    line
+}
+
+/// The SSD exposure bound's part of the exposure line: the bound, whether
+/// it holds, and what stands in its way.
+fn bound_text(s: &Status) -> String {
+    let Some(b) = s.ssd_exposure_bound_s else {
+        return String::new();
+    };
+    let mut t = match s.ssd_exposure_bound_kept {
+        Some(false) => format!("; bound {b:.0} s NOT kept"),
+        _ => format!("; bound {b:.0} s kept"),
+    };
+    if let Some(why) = &s.ssd_exposure_bound_blocked {
+        t.push_str(&format!(" ({why})"));
+    }
+    t
 }
 
 /// Device latencies per tier: p50 and p99 of the recent window (about

@@ -1,8 +1,9 @@
 //! The migrator's upkeep besides placement: draining a tier (`tierctl
-//! evacuate`), writing the write log back to the HDD, and pre-cleaning
+//! evacuate`), writing the write log back to the HDD, pre-cleaning
 //! (giving idle SSD extents a clean HDD copy, so the reserve later
-//! refills by a mapping change). Methods of [`Migrator`], called from its
-//! round.
+//! refills by a mapping change), and keeping the SSD exposure bound
+//! (`durability.ssd-exposure`: every SSD-only write gets an HDD copy in
+//! time). Methods of [`Migrator`], called from its round.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -32,7 +33,124 @@ const PRECLEAN_LIST_AGE: Duration = Duration::from_secs(10);
 /// SSD did not change (see `Migrator::preclean_none`).
 const PRECLEAN_RELOOK: Duration = Duration::from_secs(300);
 
+/// Exposed extents one round of the exposure bound lists at most.
+const EXPOSURE_LIST: usize = 4096;
+
 impl Migrator {
+    /// Keep the SSD exposure bound (`durability.ssd-exposure`): give each
+    /// extent whose data is SSD-only an HDD copy before it has been so for
+    /// the bound. An SSD extent without a copy is pre-cleaned into a new
+    /// HDD slot (while the HDD has one to spare), a stale copy is brought
+    /// up to date, an HDD extent's logged blocks are written back.
+    ///
+    /// What is due (SSD-only for half the bound: the other half is the
+    /// copy's, backing off included) goes now, in full batches once it
+    /// has been exposed for three quarters of the bound, else a few
+    /// extents at a time, each group after foreground I/O calms down (as
+    /// any move yields). What is not yet due goes only while the HDD has
+    /// no user, a few at a time, for up to a round's interval: copies are
+    /// written in the HDD's idle time where it has any. All are paced by
+    /// the migration bucket. An extent written while it is copied is left
+    /// for the next round.
+    pub(super) fn keep_exposure(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
+        let bound = self.exposure_bound();
+        if bound.is_zero() {
+            return;
+        }
+        let vol = &self.vol;
+        let list = vol.exposed_for(Duration::ZERO, EXPOSURE_LIST);
+        if list.is_empty() {
+            return;
+        }
+        let start = vol.clock().now();
+        let room = vol.clean_copy_room() > 0;
+        let mut k = 0;
+        while k < list.len() {
+            if self.paused() {
+                return;
+            }
+            // The list was taken at `start`: ages grow as the round runs.
+            let ran = vol.clock().now().saturating_sub(start);
+            let age = list[k].1 + ran;
+            let due = age >= bound / 2;
+            let late = age >= bound * 3 / 4;
+            if !due {
+                let idle = vol.inflight() == 0 && self.hdd_free_of_users(cfg);
+                if !idle || ran >= cfg.interval {
+                    return;
+                }
+            }
+            let most = if late {
+                cfg.batch.max(1)
+            } else {
+                cfg.batch.clamp(1, SPECULATIVE_BATCH)
+            };
+            let chunk = &list[k..(k + most).min(list.len())];
+            k += chunk.len();
+            let (mut ssd, mut hdd): (Vec<(u64, Reason)>, Vec<u64>) = (Vec::new(), Vec::new());
+            for &(e, _) in chunk {
+                match vol.mapping(e) {
+                    Some(m) if m.loc.tier == Tier::Hdd => hdd.push(e),
+                    // Without a copy and without room for one: the status
+                    // says the bound cannot be kept.
+                    Some(m) if m.shadow.is_none() && !room => {}
+                    Some(_) => ssd.push((e, Reason::Exposure)),
+                    None => {}
+                }
+            }
+            if !late {
+                self.back_off(
+                    || {
+                        vol.inflight() >= cfg.busy_inflight
+                            || (!cfg.busy_latency.is_zero()
+                                && vol
+                                    .hdd_read_latency()
+                                    .is_some_and(|l| l >= cfg.busy_latency))
+                    },
+                    cfg.max_backoff,
+                );
+            }
+            let mut pace = |n: u64| {
+                self.pace(&self.bucket, n);
+            };
+            let mut count =
+                |what: &str, r: crate::volume::VolumeResult<Vec<(u64, MoveOutcome)>>, n| match r {
+                    Ok(outcomes) => {
+                        for (_, o) in outcomes {
+                            match o {
+                                MoveOutcome::Moved(bytes) => {
+                                    report.covered += 1;
+                                    report.bytes += bytes;
+                                }
+                                MoveOutcome::Raced => report.raced += 1,
+                                _ => {}
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        report.errors += n;
+                        warn!(extents = n, "{what} for the SSD exposure bound failed: {e}");
+                    }
+                };
+            if !ssd.is_empty() {
+                let n = ssd.len();
+                count(
+                    "copying SSD extents to the HDD",
+                    copy::clean_batch(vol, &ssd, &mut pace),
+                    n,
+                );
+            }
+            if !hdd.is_empty() {
+                let n = hdd.len();
+                count(
+                    "write-back",
+                    copy::write_back_batch(vol, &hdd, &mut pace),
+                    n,
+                );
+            }
+        }
+    }
+
     /// One round of draining `from` (`tierctl evacuate`): its shadows go
     /// first when it is the HDD (copies on the tier being emptied); then its
     /// extents move to the other tier, up to `max-moves` and the room
