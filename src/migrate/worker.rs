@@ -39,6 +39,10 @@ use crate::volume::{MoveOutcome, Stats, Tier, Volume};
 /// just before users come back holds them up for a few extents at most.
 const SPECULATIVE_BATCH: usize = 4;
 
+/// Least time between two warnings of failed admissions (a dead device
+/// fails every one).
+const ADMIT_WARN_EVERY: Duration = Duration::from_secs(10);
+
 /// What one round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RoundReport {
@@ -721,6 +725,9 @@ impl Migrator {
     /// as it is noted (the read was answered first), until stopped.
     fn admit_main(&self, stop: &std::sync::atomic::AtomicBool) {
         let _class = IoClass::Background.enter();
+        // A failing device fails every admission: one warning per
+        // `ADMIT_WARN_EVERY`, saying how many were not logged.
+        let (mut warned, mut quiet): (Option<std::time::Instant>, u64) = (None, 0);
         while !stop.load(Ordering::Relaxed) {
             if !self.vol.wait_admissions(Duration::from_millis(200)) {
                 continue;
@@ -739,7 +746,12 @@ impl Migrator {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     Stats::add(&self.vol.stats().migration_errors, 1);
-                    warn!("admission: {e}");
+                    if warned.is_some_and(|t| t.elapsed() < ADMIT_WARN_EVERY) {
+                        quiet += 1;
+                    } else {
+                        warn!(not_logged_since_last = quiet, "admission: {e}");
+                        (warned, quiet) = (Some(std::time::Instant::now()), 0);
+                    }
                 }
                 Err(_) => error!("admission panicked; it goes on with the next miss"),
             }

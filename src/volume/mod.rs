@@ -12,6 +12,7 @@ mod error;
 mod exposure;
 mod extent;
 mod geometry;
+mod hold;
 mod io;
 mod ledger;
 mod lock;
@@ -30,6 +31,7 @@ mod write;
 pub use admit::{Class as AdmitClass, Eviction, Miss};
 pub use error::{VolumeError, VolumeResult};
 pub use exposure::Exposure;
+pub use hold::WriteHold;
 pub use io::AllocRun;
 pub use ledger::{Ledger, LedgerStatus};
 pub use log::LogUsage;
@@ -193,6 +195,9 @@ pub struct Volume {
     /// Per watched extent: how many watch it, and the blocks written since
     /// the first began.
     touched: Mutex<HashMap<u64, (u32, Written)>>,
+    /// Extents whose foreground writes wait for a copy to commit
+    /// ([`Volume::hold_writes`]).
+    held: hold::Held,
     /// Heat of every extent: recorded by the I/O paths, shared with
     /// whoever reads it (the migrator, control, metrics).
     heat: Arc<HeatMap>,

@@ -374,6 +374,7 @@ impl Volume {
             meta_gate: RwLock::new(()),
             watching: AtomicUsize::new(0),
             touched: Mutex::new(HashMap::new()),
+            held: Default::default(),
             heat: Arc::new(heat),
             clock: opts.clock,
             pins: RwLock::new(pins),

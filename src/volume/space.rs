@@ -300,6 +300,9 @@ impl Volume {
         fua: bool,
     ) -> VolumeResult<()> {
         self.check(offset, len)?;
+        if len > 0 {
+            self.wait_unheld(offset, len);
+        }
         let _inflight = InFlight::new(&self.inflight);
         for p in self.pieces(offset, len) {
             self.discard_piece(p, zero, keep_allocated)?;

@@ -39,6 +39,9 @@ impl Volume {
         if let Err(e) = self.check(offset, data.len() as u64) {
             return Some(Err(e));
         }
+        if self.is_held(offset, data.len() as u64) {
+            return None;
+        }
         // One extent only: a multi-extent write could stop half done.
         let mut pieces = self.pieces(offset, data.len() as u64);
         let p = pieces.next()?;
@@ -133,6 +136,9 @@ impl Volume {
         hint: IoHint,
     ) -> VolumeResult<()> {
         self.check(offset, data.len() as u64)?;
+        if !data.is_empty() {
+            self.wait_unheld(offset, data.len() as u64);
+        }
         let _inflight = InFlight::new(&self.inflight);
         let mut logged = true;
         let notes = self.admission_notes(hint);

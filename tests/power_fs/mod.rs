@@ -15,6 +15,9 @@
 //! do. Every file is opened with `FOPEN_DIRECT_IO`, so the kernel keeps no
 //! cached copy of a file's pages that could outlive the cut.
 //!
+//! [`PowerFs::fail`] makes one file fail every request with EIO: a disk
+//! that dies while the daemon runs.
+//!
 //! Needs root and `/dev/fuse` (the mount is a `mount(2)` of its own, no
 //! `fusermount3`).
 #![allow(dead_code)]
@@ -166,6 +169,8 @@ struct State {
     /// fsyncs so far, and pages lost at cuts so far.
     syncs: u64,
     pages_lost: u64,
+    /// Files that fail every read, write and sync with EIO (a dead disk).
+    failed: BTreeSet<u64>,
 }
 
 impl State {
@@ -203,6 +208,9 @@ impl State {
     }
 
     fn file(&mut self, ino: u64) -> Result<&mut FileData, i32> {
+        if self.failed.contains(&ino) {
+            return Err(libc::EIO);
+        }
         match self.nodes.get_mut(&ino).map(|n| &mut n.kind) {
             Some(Kind::File(f)) => Ok(f),
             Some(Kind::Dir(_)) => Err(libc::EISDIR),
@@ -548,6 +556,7 @@ impl PowerFs {
             next_ino: FUSE_ROOT_ID + 1,
             syncs: 0,
             pages_lost: 0,
+            failed: BTreeSet::new(),
         }));
         let opts = [
             MountOption::FSName("tierd-powerfs".into()),
@@ -585,6 +594,16 @@ impl PowerFs {
         }
         st.pages_lost += lost;
         lost
+    }
+
+    /// Make the file `name` (in the filesystem's root) fail every read,
+    /// write and sync with EIO from now on, as a dead disk does.
+    pub fn fail(&self, name: &str) {
+        let mut st = self.state.lock();
+        let ino = st
+            .lookup(FUSE_ROOT_ID, OsStr::new(name))
+            .unwrap_or_else(|e| panic!("no file {name} to fail: errno {e}"));
+        st.failed.insert(ino);
     }
 
     pub fn figures(&self) -> PowerFsFigures {

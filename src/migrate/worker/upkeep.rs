@@ -132,6 +132,20 @@ impl Migrator {
                         warn!(extents = n, "{what} for the SSD exposure bound failed: {e}");
                     }
                 };
+            // Late: writes into these extents wait while they are copied,
+            // so a busy extent's copy commits (else every write during a
+            // copy abandons it, and an extent written without a pause
+            // would stay SSD-only for good).
+            let _held = if late {
+                let all: Vec<u64> = ssd
+                    .iter()
+                    .map(|(e, _)| *e)
+                    .chain(hdd.iter().copied())
+                    .collect();
+                Some(vol.hold_writes(&all))
+            } else {
+                None
+            };
             if !ssd.is_empty() {
                 let n = ssd.len();
                 count(

@@ -224,6 +224,14 @@ pub(super) fn describe() {
         "tierd_only_copy_oldest_seconds",
         "Seconds since the oldest data whose only copy is on the tier became so (0: none; data so at the open counts from the open)"
     );
+    describe_gauge!(
+        "tierd_only_copy_bound_seconds",
+        "The bound on how long data may have its only copy on the tier (durability.ssd-exposure; 0: no bound)"
+    );
+    describe_counter!(
+        "tierd_reads_from_copy_total",
+        "Reads (or parts of reads) the SSD failed that an extent's clean HDD copy served instead"
+    );
 }
 
 /// Copy the live state into the recorder (walks the extent map: call off
@@ -297,6 +305,9 @@ pub fn collect(live: &Live) {
     gauge!("tierd_only_copy_bytes", "tier" => "ssd").set(exposure.bytes as f64);
     gauge!("tierd_only_copy_oldest_seconds", "tier" => "ssd")
         .set(exposure.oldest.map_or(0.0, |d| d.as_secs_f64()));
+    gauge!("tierd_only_copy_bound_seconds", "tier" => "ssd")
+        .set(live.migrator.exposure_bound().as_secs_f64());
+    counter!("tierd_reads_from_copy_total").absolute(Stats::get(&s.read_from_copy));
     counter!("tierd_free_demotions_total").absolute(Stats::get(&s.free_demotions));
     counter!("tierd_shadows_dropped_total").absolute(Stats::get(&s.shadows_dropped));
     for (outcome, n) in [
