@@ -178,10 +178,27 @@ fn trial(seed: u64) -> (u64, u64, u64) {
     rig.ssd.add(FaultRule::dead());
     let (mut checked, mut errors) = (0, 0);
     let mut buf = vec![0u8; BLK as usize];
+    // What the volume says an SSD failure loses: exactly the blocks that
+    // read an error below.
+    let lost = vol.ssd_only_ranges(0, vol.size(), usize::MAX);
+    assert!(!lost.truncated);
+    let is_lost = |b: u64| {
+        lost.runs
+            .iter()
+            .any(|&(at, n)| (at..at + n).contains(&(b * BLK)))
+    };
     for (b, m) in model.iter().enumerate() {
         let b = b as u64;
+        let read = vol.read(b * BLK, &mut buf);
+        assert_eq!(
+            read.is_err(),
+            is_lost(b),
+            "seed {seed}: block {b} (extent {}) reads {read:?}, yet the SSD-only ranges {} it",
+            b / BPE,
+            if is_lost(b) { "list" } else { "do not list" }
+        );
         let bound_covers = m.flushed.is_some_and(|f| died.saturating_sub(f) > BOUND);
-        match vol.read(b * BLK, &mut buf) {
+        match read {
             Ok(()) => {
                 let want = if m.version == 0 {
                     vec![0u8; BLK as usize]

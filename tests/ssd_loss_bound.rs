@@ -192,15 +192,52 @@ fn trial(
     let died = Instant::now();
     fs.fail(&format!("ssd-{n}.img"));
     let model = model.lock().clone();
+    // What the daemon says the failure lost (migration paused first, so
+    // nothing changes between the answer and the reads): exactly the
+    // blocks that read an error.
+    let sock = dir.join(format!("control-{n}.sock"));
+    common::tierctl_ok(&sock, &["migrate", "pause"]);
+    let lost: serde_json::Value = serde_json::from_str(&common::tierctl_ok(
+        &sock,
+        &["--json", "placement", "--ssd-only", "--max-runs", "1000000"],
+    ))
+    .expect("tierctl placement --ssd-only --json");
+    let runs: Vec<(u64, u64)> = lost["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| {
+            (
+                r["offset"].as_u64().unwrap_or(0),
+                r["len"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let is_lost = |b: u64| {
+        runs.iter()
+            .any(|&(at, n)| (at..at + n).contains(&(b * BLOCK)))
+    };
     let mut c =
         Nbd::connect(&d.addr()).unwrap_or_else(|e| panic!("trial {n}: reader connect: {e}"));
     for (b, m) in model.iter().enumerate() {
         let b = b as u64;
+        let read = c.read(b * BLOCK, BLOCK as u32);
+        assert_eq!(
+            read.is_err(),
+            is_lost(b),
+            "trial {n}: block {b} reads {}, yet tierctl placement --ssd-only {} it",
+            if read.is_err() {
+                "an error"
+            } else {
+                "its data"
+            },
+            if is_lost(b) { "lists" } else { "does not list" }
+        );
         let covered = m
             .flushed
             .is_some_and(|f| died.saturating_duration_since(f) > BOUND);
         fig.covered += u64::from(covered);
-        match c.read(b * BLOCK, BLOCK as u32) {
+        match read {
             Ok(got) => {
                 let id = block_id(b, &got);
                 assert_eq!(
@@ -224,6 +261,12 @@ fn trial(
             Err(e) => panic!("trial {n}: reading block {b}: {e:?}"),
         }
     }
+    // The reads met the failure: the status says so.
+    let text = common::tierctl_ok(&sock, &["status"]);
+    assert!(
+        text.contains("the SSD has failed") && text.contains("placement --ssd-only"),
+        "{text}"
+    );
     fig.trials += 1;
     if std::env::var("LOSS_LOG").is_ok() {
         eprintln!("{}", d.log());

@@ -186,6 +186,7 @@ impl Bed {
         let room = u64::from(g.slots(Tier::Ssd)) - u64::from(g.reserve_extents);
         let migrator = opts.migrate.enabled.then(|| {
             let mig = Arc::new(Migrator::new(vol.clone(), vol.heat(), opts.migrate));
+            mig.set_exposure_bound(opts.durability.ssd_exposure);
             settle_idle(&sched, &mig, &vol);
             mig
         });

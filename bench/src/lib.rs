@@ -42,7 +42,7 @@ use tierd::device::model::{HddModel, HddParams, ModelKind};
 use tierd::device::{BlockDevice, FileDevice, NullDevice, TimedDevice};
 use tierd::heat::HeatConfig;
 use tierd::migrate::worker::MigratorHandle;
-use tierd::migrate::{MigrateConfig, Migrator};
+use tierd::migrate::{DurabilityConfig, MigrateConfig, Migrator};
 use tierd::store::{MemStore, MetaStore};
 use tierd::volume::{Devices, FormatOptions, Volume, VolumeOptions};
 
@@ -117,6 +117,13 @@ pub struct BenchOptions {
     /// Migration and policy knobs of the hybrid (a config file's `[migrate]`).
     #[serde(serialize_with = "tierd::units::snake_json::serialize")]
     pub migrate: MigrateConfig,
+    /// The hybrid's `[durability]` table (the SSD exposure bound); left out
+    /// of the JSON while it is the default (no bound).
+    #[serde(
+        serialize_with = "tierd::units::snake_json::serialize",
+        skip_serializing_if = "no_bound"
+    )]
+    pub durability: DurabilityConfig,
     /// Traces to replay (any supported format); with traces, suites run
     /// only when named.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -154,6 +161,10 @@ fn is_one(x: &f64) -> bool {
     *x == 1.0
 }
 
+fn no_bound(d: &DurabilityConfig) -> bool {
+    d.ssd_exposure.is_zero()
+}
+
 impl BenchOptions {
     /// Defaults for the quick or full preset.
     pub fn preset(quick: bool) -> Self {
@@ -173,6 +184,7 @@ impl BenchOptions {
             region: if quick { 2 << 30 } else { 32 << 30 },
             heat: HeatConfig::default(),
             migrate: MigrateConfig::default(),
+            durability: DurabilityConfig::default(),
             traces: Vec::new(),
             trace_speed: 1.0,
             fill: None,
@@ -389,6 +401,7 @@ impl Bench {
             };
         }
         let mig = Arc::new(Migrator::new(vol.clone(), vol.heat(), opts.migrate));
+        mig.set_exposure_bound(opts.durability.ssd_exposure);
         // The pure targets: an SSD as large as the volume, the HDD alone.
         let pure_ssd = wrap(Arc::new(NullDevice::new(b.capacity)), opts.ssd_model);
         let pure_hdd = wrap(Arc::new(NullDevice::new(hdd_size)), opts.hdd_model);

@@ -66,8 +66,9 @@ pub struct BenchArgs {
     /// Print the JSON record on stdout instead of the table.
     #[arg(long)]
     json: bool,
-    /// Configuration file whose `[heat]` and `[migrate]` tables (and their
-    /// TIERD_* variables) the hybrid uses; default: the built-in policy.
+    /// Configuration file whose `[heat]`, `[migrate]` and `[durability]`
+    /// tables (and their TIERD_* variables) the hybrid uses; default: the
+    /// built-in policy.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Replay a block trace (repeatable; tierd's format or any format
@@ -163,6 +164,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         .context("loading the configuration")?;
     o.heat = cfg.heat;
     o.migrate = cfg.migrate;
+    o.durability = cfg.durability;
     if !(a.time_scale > 0.0 && a.time_scale.is_finite()) {
         bail!("--time-scale must be a positive number");
     }

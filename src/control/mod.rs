@@ -44,6 +44,20 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cells: Option<u32>,
     },
+    /// The byte ranges of `[offset, offset+len)` (default: all; clipped
+    /// to the volume) whose newest data is only on the SSD: what an SSD
+    /// failure loses, or has lost once it failed.
+    SsdOnly {
+        /// First byte (default 0).
+        #[serde(default)]
+        offset: u64,
+        /// Bytes (default: to the end of the volume).
+        #[serde(default)]
+        len: Option<u64>,
+        /// Most runs listed (default 1000); the byte count covers them all.
+        #[serde(default = "default_ssd_only_runs")]
+        max_runs: usize,
+    },
     /// Where the extent holding `offset` sits and why.
     Explain {
         /// A byte offset in the volume.
@@ -705,6 +719,39 @@ pub struct Run {
     /// Where.
     #[serde(rename = "where")]
     pub at: Where,
+}
+
+/// Default [`Request::SsdOnly`] `max_runs`.
+fn default_ssd_only_runs() -> usize {
+    1000
+}
+
+/// Answer of [`Request::SsdOnly`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SsdOnlyMap {
+    /// First byte asked about (after clipping).
+    pub offset: u64,
+    /// Bytes asked about (after clipping).
+    pub len: u64,
+    /// Runs whose newest data is only on the SSD, in 4 KiB blocks (a block
+    /// the write log holds in part counts whole), in order.
+    pub runs: Vec<ByteRun>,
+    /// Bytes of all such runs in the range, listed or not.
+    pub bytes: u64,
+    /// More runs than `max_runs`: the list stops early.
+    pub truncated: bool,
+    /// The SSD has failed requests since the daemon started: these ranges
+    /// read EIO now, where they did fail.
+    pub ssd_errors: u64,
+}
+
+/// A byte range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByteRun {
+    /// First byte.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
 }
 
 /// Answer of [`Request::Placement`].

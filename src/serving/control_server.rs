@@ -13,14 +13,14 @@ use tracing::{debug, info};
 use super::live::Live;
 use super::settings::Settings;
 use crate::control::{
-    Ack, Cells, Explain, MigrateAction, PlacementMap, Request, Response, Run, TopEntry, TopOrder,
-    Where, MAX_LINE,
+    Ack, ByteRun, Cells, Explain, MigrateAction, PlacementMap, Request, Response, Run, SsdOnlyMap,
+    TopEntry, TopOrder, Where, MAX_LINE,
 };
 use crate::listen::{self, Drain, LoopOptions};
 use crate::migrate::candidates::all_candidates;
 use crate::migrate::policy::effective;
 use crate::units::human_bytes;
-use crate::volume::Tier;
+use crate::volume::{Stats, Tier};
 
 /// Answer control connections until `shutdown` completes.
 pub async fn serve(
@@ -107,6 +107,28 @@ fn handle_blocking(live: &Live, settings: Option<&Settings>, req: Request) -> Re
         }
         Request::Placement { offset, len, cells } => match clip(offset, len, vol.size()) {
             Ok(r) => Response::ok(placement(live, r.offset, r.end - r.offset, cells)),
+            Err(e) => Response::err(e),
+        },
+        Request::SsdOnly {
+            offset,
+            len,
+            max_runs,
+        } => match clip(offset, len, vol.size()) {
+            Ok(r) => {
+                let got = vol.ssd_only_ranges(r.offset, r.end - r.offset, max_runs);
+                Response::ok(SsdOnlyMap {
+                    offset: r.offset,
+                    len: r.end - r.offset,
+                    runs: got
+                        .runs
+                        .iter()
+                        .map(|&(offset, len)| ByteRun { offset, len })
+                        .collect(),
+                    bytes: got.bytes,
+                    truncated: got.truncated,
+                    ssd_errors: Stats::get(&vol.stats().dev_errors[Tier::Ssd.index()]),
+                })
+            }
             Err(e) => Response::err(e),
         },
         Request::Explain { offset } => {

@@ -33,6 +33,9 @@ use crate::clock::Clock;
 /// Sectors in a 4 KiB block.
 const SECTORS_PER_BLOCK: u64 = 8;
 
+/// Bytes in a block.
+const BLOCK: u64 = SECTORS_PER_BLOCK * SECTOR;
+
 /// Shards of [`Since`]: enough that the writers that expose extents rarely
 /// meet on one.
 const SHARDS: usize = 16;
@@ -215,7 +218,76 @@ impl Volume {
     }
 }
 
+/// Byte ranges of the volume whose newest data is only on the SSD
+/// ([`Volume::ssd_only_ranges`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SsdOnlyRanges {
+    /// `(offset, len)` runs, in order, at most the number asked for.
+    pub runs: Vec<(u64, u64)>,
+    /// Bytes in every run of the range asked about, listed or not.
+    pub bytes: u64,
+    /// More runs than were asked for: `runs` stops early.
+    pub truncated: bool,
+}
+
+/// Whether block `b` of `m` has its newest data only on the SSD (a block
+/// logged in part counts whole).
+fn ssd_only_block(m: &Mapping, b: u32) -> bool {
+    match m.loc.tier {
+        Tier::Ssd => m.written.get(b) && m.shadow.as_ref().is_none_or(|s| s.stale.get(b)),
+        Tier::Hdd => m.logged_entry(b).is_some(),
+    }
+}
+
 impl Volume {
+    /// The byte ranges of `offset..offset + len` whose newest data is only
+    /// on the SSD, in 4 KiB blocks (a block logged in part counts whole):
+    /// what an SSD failure loses (reads of them get EIO once it has
+    /// failed). At most `max_runs` runs are listed; the byte count covers
+    /// the whole range. Walks the mappings of the range.
+    pub fn ssd_only_ranges(&self, offset: u64, len: u64, max_runs: usize) -> SsdOnlyRanges {
+        let es = self.geo.extent_size;
+        let bpe = self.geo.blocks_per_extent();
+        let end = offset.saturating_add(len).min(self.size());
+        let mut out = SsdOnlyRanges::default();
+        if offset >= end {
+            return out;
+        }
+        let mut run: Option<(u64, u64)> = None;
+        let push = |out: &mut SsdOnlyRanges, r: (u64, u64)| {
+            if out.runs.len() < max_runs {
+                out.runs.push(r);
+            } else {
+                out.truncated = true;
+            }
+        };
+        for e in offset / es..end.div_ceil(es) {
+            let Some(m) = self.mapping(e) else {
+                continue;
+            };
+            for b in 0..bpe {
+                let lo = (e * es + u64::from(b) * BLOCK).max(offset);
+                let hi = (e * es + u64::from(b + 1) * BLOCK).min(end);
+                if lo >= hi || !ssd_only_block(&m, b) {
+                    continue;
+                }
+                out.bytes += hi - lo;
+                run = match run {
+                    Some((at, n)) if at + n == lo => Some((at, n + hi - lo)),
+                    Some(r) => {
+                        push(&mut out, r);
+                        Some((lo, hi - lo))
+                    }
+                    None => Some((lo, hi - lo)),
+                };
+            }
+        }
+        if let Some(r) = run {
+            push(&mut out, r);
+        }
+        out
+    }
+
     /// The extents whose data has been SSD-only for at least `age`, oldest
     /// first, at most `max`, each with how long (the exposure bound's
     /// work list: `durability.ssd-exposure`).

@@ -30,7 +30,7 @@ mod write;
 
 pub use admit::{Class as AdmitClass, Eviction, Miss};
 pub use error::{VolumeError, VolumeResult};
-pub use exposure::Exposure;
+pub use exposure::{Exposure, SsdOnlyRanges};
 pub use hold::WriteHold;
 pub use io::AllocRun;
 pub use ledger::{Ledger, LedgerStatus};

@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use tierd::control::{
-    Ack, Explain, MigrateAction, PlacementMap, Request, Response, Setting, Status, TopEntry,
-    TopOrder, Where,
+    Ack, Explain, MigrateAction, PlacementMap, Request, Response, Setting, SsdOnlyMap, Status,
+    TopEntry, TopOrder, Where,
 };
 use tierd::units::ByteSize;
 use tierd::volume::Tier;
@@ -61,6 +61,14 @@ enum Command {
         /// Cells in the map.
         #[arg(long, default_value_t = 512)]
         cells: usize,
+        /// List the byte ranges whose newest data is only on the SSD
+        /// instead: what an SSD failure loses (reads of them get EIO once
+        /// it has failed).
+        #[arg(long, conflicts_with = "map")]
+        ssd_only: bool,
+        /// With --ssd-only: most ranges listed.
+        #[arg(long, default_value_t = 1000, requires = "ssd_only")]
+        max_runs: usize,
     },
     /// Where the extent holding OFFSET sits and why.
     Explain {
@@ -344,11 +352,32 @@ fn run() -> anyhow::Result<()> {
             status::print(&s);
             Ok(())
         }
-        Command::Placement { range, map, cells } => {
+        Command::Placement {
+            range,
+            map,
+            cells,
+            ssd_only,
+            max_runs,
+        } => {
             let (offset, len) = match range {
                 Some(r) => parse_range(r, true)?,
                 None => (0, None),
             };
+            if *ssd_only {
+                let (m, resp): (SsdOnlyMap, _) = request(
+                    &cli,
+                    &Request::SsdOnly {
+                        offset,
+                        len,
+                        max_runs: *max_runs,
+                    },
+                )?;
+                if cli.json {
+                    return print_json(&resp);
+                }
+                status::print_ssd_only(&m);
+                return Ok(());
+            }
             // The map asks the daemon for its cells' counts, not the runs.
             let want = map.then(|| u32::try_from(*cells).unwrap_or(u32::MAX).max(1));
             let (p, resp): (PlacementMap, _) = request(

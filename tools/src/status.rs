@@ -1,6 +1,6 @@
 //! `tierctl status` as text.
 
-use tierd::control::Status;
+use tierd::control::{SsdOnlyMap, Status};
 
 use crate::out::{human, say};
 
@@ -29,6 +29,16 @@ fn exposure_line(s: &Status) -> String {
     };
     let mut line = format!("exposure: {} only on the SSD{age}", human(s.ssd_only_bytes));
     line.push_str(&bound_text(s));
+    let ssd_errors = s
+        .tiers
+        .iter()
+        .find(|t| t.tier == tierd::volume::Tier::Ssd)
+        .map_or(0, |t| t.errors);
+    if ssd_errors > 0 {
+        line.push_str(&format!(
+            "\n  the SSD has failed {ssd_errors} requests: data only on it reads EIO where it fails, the rest is served from its HDD copies (`tierctl placement --ssd-only` lists the ranges)"
+        ));
+    }
     line
 }
 
@@ -46,6 +56,39 @@ fn bound_text(s: &Status) -> String {
         t.push_str(&format!(" ({why})"));
     }
     t
+}
+
+/// `tierctl placement --ssd-only`: the ranges whose newest data is only on
+/// the SSD, and what that means now.
+pub fn print_ssd_only(m: &SsdOnlyMap) {
+    if m.ssd_errors > 0 {
+        say!(
+            "the SSD has failed {} requests since the daemon started: the ranges below read EIO where it fails",
+            m.ssd_errors
+        );
+    }
+    if m.runs.is_empty() {
+        say!(
+            "nothing in {} - {} is only on the SSD: every written block has an up-to-date HDD copy",
+            m.offset,
+            m.offset + m.len
+        );
+        return;
+    }
+    for r in &m.runs {
+        say!(
+            "{:>14} - {:>14}  {:>12}",
+            r.offset,
+            r.offset + r.len,
+            human(r.len)
+        );
+    }
+    let more = if m.truncated {
+        " (more ranges than listed: --max-runs)"
+    } else {
+        ""
+    };
+    say!("{} only on the SSD{more}", human(m.bytes));
 }
 
 /// Device latencies per tier: p50 and p99 of the recent window (about
