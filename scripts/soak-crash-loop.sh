@@ -2,7 +2,7 @@
 # Crash loops against the real tierd binary for many cycles, one summary
 # line per case. Not run by CI.
 #
-#   scripts/soak-crash-loop.sh [--case kill|power-cut|all] [--cycles N] [--release] [CYCLES]
+#   scripts/soak-crash-loop.sh [--case kill|power-cut|ssd-loss|all] [--cycles N] [--release] [CYCLES]
 #
 # Cases:
 #   kill       the SIGKILL crash loop (tests/crash_loop.rs): one connection,
@@ -12,7 +12,14 @@
 #              and a power cut: unsynced writes dropped from the images and
 #              the metadata store (tests/power_cut_connections.rs, on the
 #              FUSE filesystem of tests/power_fs; needs root and /dev/fuse).
-#   all        both, one after the other (the default is kill).
+#   ssd-loss   the SSD dies at a random moment under the SSD exposure
+#              bound: nothing flushed more than the bound before is lost,
+#              and reads never return older data. N model trials on a
+#              manual clock (tests/ssd_exposure_bound.rs, 30 s bound), and
+#              N/100 trials of a real daemon whose SSD image starts failing
+#              every request (tests/ssd_loss_bound.rs, 3 s bound; FUSE,
+#              needs root).
+#   all        all three, one after the other (the default is kill).
 #
 # N (or CYCLES; default 1000) cycles per case, passed to the test as
 # TIERD_SOAK_CYCLES. TIERD_CRASH_SEED, if set, picks the seed (each test's
@@ -21,7 +28,7 @@
 # a failure prints the seed and the command that replays it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage() { echo "usage: $0 [--case kill|power-cut|all] [--cycles N] [--release] [CYCLES]" >&2; exit 2; }
+usage() { echo "usage: $0 [--case kill|power-cut|ssd-loss|all] [--cycles N] [--release] [CYCLES]" >&2; exit 2; }
 case_="kill"
 cycles=1000
 profile=()
@@ -38,7 +45,7 @@ case "$cycles" in
     '' | *[!0-9]*) echo "$0: CYCLES must be a number, got '$cycles'" >&2; usage ;;
 esac
 case "$case_" in
-    kill | power-cut | all) ;;
+    kill | power-cut | ssd-loss | all) ;;
     *) echo "$0: unknown case '$case_'" >&2; usage ;;
 esac
 target="${CARGO_TARGET_DIR:-target}"
@@ -78,5 +85,13 @@ if [ "$case_" = power-cut ] || [ "$case_" = all ]; then
     run_case power-cut power_cut_connections \
         a_flush_covers_other_connections_writes_across_a_power_cut \
         "power cut across connections passed" "$target/soak-crash-loop-power-cut.log" || failed=1
+fi
+if [ "$case_" = ssd-loss ] || [ "$case_" = all ]; then
+    run_case ssd-loss-model ssd_exposure_bound \
+        an_ssd_that_dies_loses_nothing_flushed_before_the_bound \
+        "ssd loss model passed" "$target/soak-crash-loop-ssd-loss-model.log" || failed=1
+    run_case ssd-loss ssd_loss_bound \
+        a_dying_ssd_loses_nothing_flushed_before_the_bound \
+        "ssd loss passed" "$target/soak-crash-loop-ssd-loss.log" || failed=1
 fi
 exit "$failed"

@@ -426,4 +426,129 @@ mod engine {
         let vol = open(&ssd, &hdd, &store).expect("the old SSD still opens");
         assert_eq!(read(&vol, 0, a.len()), a);
     }
+
+    /// A store whose next flushes fail when armed (the metadata device
+    /// erring while the replacement is recorded).
+    struct FlakyStore {
+        inner: Arc<MemStore>,
+        fail_flushes: std::sync::atomic::AtomicU32,
+    }
+
+    impl MetaStore for FlakyStore {
+        fn get(&self, key: &str) -> tierd::store::StoreResult<Option<Vec<u8>>> {
+            self.inner.get(key)
+        }
+        fn put(&self, key: &str, value: &[u8]) -> tierd::store::StoreResult<()> {
+            self.inner.put(key, value)
+        }
+        fn load_extents(&self) -> tierd::store::StoreResult<Vec<(u64, Vec<u8>)>> {
+            self.inner.load_extents()
+        }
+        fn put_extent(&self, index: u64, record: &[u8]) -> tierd::store::StoreResult<()> {
+            self.inner.put_extent(index, record)
+        }
+        fn remove_extent(&self, index: u64) -> tierd::store::StoreResult<()> {
+            self.inner.remove_extent(index)
+        }
+        fn flush(&self) -> tierd::store::StoreResult<()> {
+            use std::sync::atomic::Ordering;
+            if self
+                .fail_flushes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(tierd::store::StoreError::Io(std::io::Error::other(
+                    "injected metadata flush failure",
+                )));
+            }
+            self.inner.flush()
+        }
+        fn clear(&self) -> tierd::store::StoreResult<()> {
+            self.inner.clear()
+        }
+    }
+
+    #[test]
+    fn a_failed_record_of_the_replacement_is_undone_and_the_old_ssd_stays() {
+        // Step 3 fails: the new device has its superblock, but the flush
+        // that records it in the store fails. The record is put back; the
+        // volume keeps serving on the old SSD; after a power cut the old
+        // SSD opens, and a retry replaces it.
+        let Rig {
+            ssd_mem,
+            hdd_mem,
+            new_mem,
+            store,
+            ssd,
+            hdd,
+        } = Rig::formatted();
+        let flaky = Arc::new(FlakyStore {
+            inner: store.clone(),
+            fail_flushes: std::sync::atomic::AtomicU32::new(0),
+        });
+        let meta: Arc<dyn MetaStore> = flaky.clone();
+        let vol = Arc::new(
+            Volume::open(
+                Devices {
+                    ssd: ssd.clone(),
+                    hdd: hdd.clone(),
+                },
+                meta,
+            )
+            .expect("open"),
+        );
+        let a = pattern(6, 8 * EXTENT as usize);
+        vol.write(0, &a, false).expect("write");
+        vol.set_evacuating(Some(Tier::Ssd));
+        let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
+        for _ in 0..100 {
+            if vol.occupying(Tier::Ssd) == 0 {
+                break;
+            }
+            m.run_round();
+        }
+        assert_eq!(vol.occupying(Tier::Ssd), 0, "drained within 100 rounds");
+        vol.flush().expect("flush");
+        drop(m);
+        // Step 1's flush has nothing to write (no store flush); step 3's
+        // fails.
+        flaky
+            .fail_flushes
+            .store(1, std::sync::atomic::Ordering::SeqCst);
+        let new: Arc<dyn BlockDevice> = new_mem.clone();
+        let err = vol
+            .replace_ssd(new.clone(), "/new", false)
+            .expect_err("the record's flush failed");
+        assert!(err.to_string().contains("injected"), "{err}");
+        assert_eq!(read(&vol, 0, a.len()), a);
+        let b = pattern(7, EXTENT as usize);
+        vol.write(20 * EXTENT, &b, false).expect("write on");
+        vol.flush().expect("a later flush records nothing of it");
+        drop(vol);
+        for mem in [&ssd_mem, &hdd_mem, &new_mem] {
+            mem.power_cut();
+        }
+        store.power_cut();
+        let vol = open(&ssd, &hdd, &store).expect("the old SSD still opens");
+        assert_eq!(read(&vol, 0, a.len()), a);
+        assert_eq!(read(&vol, 20 * EXTENT, b.len()), b);
+        // A retry works (the new device carries the failed attempt's
+        // superblock of this volume, which is no content to refuse).
+        vol.set_evacuating(Some(Tier::Ssd));
+        let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
+        for _ in 0..100 {
+            if vol.occupying(Tier::Ssd) == 0 {
+                break;
+            }
+            m.run_round();
+        }
+        vol.replace_ssd(new.clone(), "/new", false)
+            .expect("the retry replaces it");
+        vol.flush().expect("flush");
+        drop(m);
+        drop(vol);
+        let vol = open(&new, &hdd, &store).expect("the new SSD opens");
+        assert_eq!(read(&vol, 0, a.len()), a);
+        assert_eq!(read(&vol, 20 * EXTENT, b.len()), b);
+    }
 }

@@ -19,7 +19,9 @@
 //!   was never written): never older data, never bytes no write wrote.
 //!
 //! `TIERD_CRASH_CYCLES` sets the number of trials (default 3; the
-//! closing notes report runs of 100), `TIERD_CRASH_SEED` the seed.
+//! closing notes report runs of 100; `TIERD_SOAK_CYCLES`, from
+//! `scripts/soak-crash-loop.sh --case ssd-loss`, runs a hundredth of it),
+//! `TIERD_CRASH_SEED` the seed.
 
 mod common;
 mod durability_model;
@@ -282,7 +284,12 @@ fn trial(
 #[test]
 fn a_dying_ssd_loses_nothing_flushed_before_the_bound() {
     common::require_root("the failing filesystem (FUSE)");
-    let trials = env_u64("TIERD_CRASH_CYCLES").unwrap_or(3);
+    // The soak runs a hundredth of its cycles here (each trial takes
+    // seconds); the model test takes the rest.
+    let trials = env_u64("TIERD_SOAK_CYCLES")
+        .map(|n| (n / 100).max(1))
+        .or_else(|| env_u64("TIERD_CRASH_CYCLES"))
+        .unwrap_or(3);
     let seed = env_u64("TIERD_CRASH_SEED").unwrap_or(0x55d_0055);
     eprintln!("SSD loss under a {BOUND:?} bound: {trials} trials, seed {seed:#x}");
     let dir = common::tempdir();

@@ -19,7 +19,9 @@
 //! holds data the mapping points at, and the new one has no record yet).
 //! After 3 the old device is refused at open, naming the new path
 //! ([`check_replaced`]), and the new one is accepted; the SSD is empty
-//! either way. The whole replacement runs under the lock that changing the
+//! either way. A replacement that fails after step 2 leaves the new device
+//! an SSD superblock of this volume that no record names: a retry takes
+//! that device as it is (the device in use, and the HDD, are refused). The whole replacement runs under the lock that changing the
 //! drained tier takes, so a cancel cannot open the SSD's slots midway; the
 //! slots stay closed until draining ends ([`Volume::set_evacuating`]).
 
@@ -89,16 +91,24 @@ impl Volume {
         }
         let mut probe = vec![0u8; PROBE_SIZE.min(new.size() as usize)];
         new.read_at(&mut probe, 0).map_err(io_err(new.as_ref()))?;
+        let mut leftover = false;
         if let Ok(sb) = Superblock::decode(&probe) {
+            // This volume's HDD, or the SSD in use, is refused; an SSD
+            // superblock of this volume with another stamp is what a
+            // replacement that failed after writing it left (its record
+            // never reached the store): the device is free to take.
             if sb.volume_id == self.id {
-                return Err(VolumeError::Replace(format!(
-                    "{} is already this volume's {}",
-                    new.name(),
-                    sb.role
-                )));
+                if sb.role == Tier::Hdd || sb.created == self.ssd_created() {
+                    return Err(VolumeError::Replace(format!(
+                        "{} is already this volume's {}",
+                        new.name(),
+                        sb.role
+                    )));
+                }
+                leftover = true;
             }
         }
-        if !force {
+        if !force && !leftover {
             if let Some(found) = detect_content(&probe) {
                 return Err(VolumeError::HasContent {
                     device: new.name(),
@@ -128,17 +138,21 @@ impl Volume {
         done
     }
 
+    /// The creation stamp of the SSD in use (0 if its superblock does not
+    /// read).
+    fn ssd_created(&self) -> u64 {
+        let old = self.devices.get(Tier::Ssd);
+        let mut buf = vec![0u8; super::superblock::SUPERBLOCK_SIZE];
+        old.read_at(&mut buf, 0)
+            .ok()
+            .and_then(|()| Superblock::decode(&buf).ok())
+            .map(|sb| sb.created)
+            .unwrap_or(0)
+    }
+
     /// Steps 2 to 4 of the replacement.
     fn install_ssd(&self, new: Arc<dyn BlockDevice>, path: &str) -> VolumeResult<()> {
-        let old_created = {
-            let old = self.devices.get(Tier::Ssd);
-            let mut buf = vec![0u8; super::superblock::SUPERBLOCK_SIZE];
-            old.read_at(&mut buf, 0)
-                .ok()
-                .and_then(|()| Superblock::decode(&buf).ok())
-                .map(|sb| sb.created)
-                .unwrap_or(0)
-        };
+        let old_created = self.ssd_created();
         let created = super::open::now_secs().max(old_created + 1);
         let sb = Superblock {
             version: FORMAT_VERSION,
