@@ -80,10 +80,7 @@ impl RoundReport {
     /// Whether the next round should start at once instead of after the
     /// interval: the budget was full and moves are getting done.
     pub fn more_waiting(&self) -> bool {
-        (self.truncated && self.moved > 0)
-            || self.written_back > 0
-            || self.precleaned > 0
-            || self.covered > 0
+        (self.truncated && self.moved > 0) || self.written_back > 0 || self.precleaned > 0
     }
 }
 

@@ -289,13 +289,48 @@ impl Volume {
     }
 
     /// The extents whose data has been SSD-only for at least `age`, oldest
-    /// first, at most `max`, each with how long (the exposure bound's
-    /// work list: `durability.ssd-exposure`).
+    /// first, at most `max`, each with how long.
     pub fn exposed_for(&self, age: Duration, max: usize) -> Vec<(u64, Duration)> {
         if self.map.counts().ssd_only_sectors == 0 {
             return Vec::new();
         }
         self.map.exposed_since().older_than(age, max)
+    }
+
+    /// The exposure bound's work list (`durability.ssd-exposure`): the
+    /// exposed extents a copy can cover now, oldest first, at most `max`,
+    /// each with how long it has been exposed and whether it lives on the
+    /// HDD (its logged blocks go back) or on the SSD (a stale copy is
+    /// brought up to date; one without a copy gets one only with
+    /// `new_copies`, the HDD having a slot to spare). Extents that cannot be
+    /// covered are left out before the list is cut, so they never crowd out
+    /// those that can.
+    pub fn exposed_to_cover(&self, new_copies: bool, max: usize) -> Vec<(u64, Duration, Tier)> {
+        if self.map.counts().ssd_only_sectors == 0 {
+            return Vec::new();
+        }
+        let all = self
+            .map
+            .exposed_since()
+            .older_than(Duration::ZERO, usize::MAX);
+        let mut out = Vec::with_capacity(all.len().min(max));
+        for (e, age) in all {
+            if out.len() >= max {
+                break;
+            }
+            let Some(lock) = self.map.get(e) else {
+                continue;
+            };
+            let tier = match lock.read().as_ref() {
+                Some(m) if m.loc.tier == Tier::Hdd && !m.logged.is_empty() => Tier::Hdd,
+                Some(m) if m.loc.tier == Tier::Ssd && (m.shadow.is_some() || new_copies) => {
+                    Tier::Ssd
+                }
+                _ => continue,
+            };
+            out.push((e, age, tier));
+        }
+        out
     }
 }
 

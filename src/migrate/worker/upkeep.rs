@@ -58,12 +58,11 @@ impl Migrator {
             return;
         }
         let vol = &self.vol;
-        let list = vol.exposed_for(Duration::ZERO, EXPOSURE_LIST);
+        let list = vol.exposed_to_cover(vol.clean_copy_room() > 0, EXPOSURE_LIST);
         if list.is_empty() {
             return;
         }
         let start = vol.clock().now();
-        let room = vol.clean_copy_room() > 0;
         let mut k = 0;
         while k < list.len() {
             if self.paused() {
@@ -88,14 +87,10 @@ impl Migrator {
             let chunk = &list[k..(k + most).min(list.len())];
             k += chunk.len();
             let (mut ssd, mut hdd): (Vec<(u64, Reason)>, Vec<u64>) = (Vec::new(), Vec::new());
-            for &(e, _) in chunk {
-                match vol.mapping(e) {
-                    Some(m) if m.loc.tier == Tier::Hdd => hdd.push(e),
-                    // Without a copy and without room for one: the status
-                    // says the bound cannot be kept.
-                    Some(m) if m.shadow.is_none() && !room => {}
-                    Some(_) => ssd.push((e, Reason::Exposure)),
-                    None => {}
+            for &(e, _, tier) in chunk {
+                match tier {
+                    Tier::Hdd => hdd.push(e),
+                    Tier::Ssd => ssd.push((e, Reason::Exposure)),
                 }
             }
             if !late {
