@@ -16,7 +16,7 @@ use super::super::knobs::MigrateConfig;
 use super::super::policy::effective;
 use super::{ssd_changes, Migrator, RoundReport, SPECULATIVE_BATCH};
 use crate::units::Reason;
-use crate::volume::{MoveOutcome, Tier};
+use crate::volume::{MoveOutcome, Tier, VolumeResult};
 
 /// Pre-cleaning batches one round runs at most (besides its interval: a
 /// clock that stands still while copies run does not hold the round).
@@ -108,25 +108,9 @@ impl Migrator {
             let mut pace = |n: u64| {
                 self.pace(&self.bucket, n);
             };
-            let mut count =
-                |what: &str, r: crate::volume::VolumeResult<Vec<(u64, MoveOutcome)>>, n| match r {
-                    Ok(outcomes) => {
-                        for (_, o) in outcomes {
-                            match o {
-                                MoveOutcome::Moved(bytes) => {
-                                    report.covered += 1;
-                                    report.bytes += bytes;
-                                }
-                                MoveOutcome::Raced => report.raced += 1,
-                                _ => {}
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        report.errors += n;
-                        warn!(extents = n, "{what} for the SSD exposure bound failed: {e}");
-                    }
-                };
+            let mut count = |what: &str, r: VolumeResult<Vec<(u64, MoveOutcome)>>, n| {
+                tally(report, r, n, |r| &mut r.covered, what);
+            };
             // Late: writes into these extents wait while they are copied,
             // so a busy extent's copy commits (else every write during a
             // copy abandons it, and an extent written without a pause
@@ -144,7 +128,7 @@ impl Migrator {
             if !ssd.is_empty() {
                 let n = ssd.len();
                 count(
-                    "copying SSD extents to the HDD",
+                    "copying SSD extents to the HDD for the SSD exposure bound",
                     copy::clean_batch(vol, &ssd, &mut pace),
                     n,
                 );
@@ -152,7 +136,7 @@ impl Migrator {
             if !hdd.is_empty() {
                 let n = hdd.len();
                 count(
-                    "write-back",
+                    "write-back for the SSD exposure bound",
                     copy::write_back_batch(vol, &hdd, &mut pace),
                     n,
                 );
@@ -382,27 +366,43 @@ impl Migrator {
                     self.write_back_group.store(n, Ordering::Relaxed);
                 }
             }
-            match result {
-                Ok(outcomes) => {
-                    for (_, o) in outcomes {
-                        match o {
-                            MoveOutcome::Moved(bytes) => {
-                                report.written_back += 1;
-                                report.bytes += bytes;
-                            }
-                            MoveOutcome::Raced => report.raced += 1,
-                            _ => {}
-                        }
+            tally(
+                report,
+                result,
+                batch.len(),
+                |r| &mut r.written_back,
+                "write-back (the blocks stay in the log)",
+            );
+        }
+    }
+}
+
+/// Count a batch of `n` extents into `report`: the extents done into the
+/// counter `done` picks (and their bytes), the raced ones; a failed batch
+/// counts its extents as errors and is logged as `what` failing.
+fn tally(
+    report: &mut RoundReport,
+    result: VolumeResult<Vec<(u64, MoveOutcome)>>,
+    n: usize,
+    done: fn(&mut RoundReport) -> &mut usize,
+    what: &str,
+) {
+    match result {
+        Ok(outcomes) => {
+            for (_, o) in outcomes {
+                match o {
+                    MoveOutcome::Moved(bytes) => {
+                        *done(report) += 1;
+                        report.bytes += bytes;
                     }
-                }
-                Err(e) => {
-                    report.errors += batch.len();
-                    warn!(
-                        extents = batch.len(),
-                        "write-back failed, blocks stay in the log: {e}"
-                    );
+                    MoveOutcome::Raced => report.raced += 1,
+                    _ => {}
                 }
             }
+        }
+        Err(e) => {
+            report.errors += n;
+            warn!(extents = n, "{what} failed: {e}");
         }
     }
 }
