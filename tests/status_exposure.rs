@@ -79,3 +79,62 @@ fn status_shows_the_data_only_on_the_ssd_and_its_age() {
     );
     qemu_io_all(&d.uri(), &["read -P 0x31 0 8k", "read -P 0x32 1M 4k"]);
 }
+
+#[test]
+fn status_says_whether_the_exposure_bound_holds_and_what_stands_in_its_way() {
+    let d = Daemon::start_with(DaemonOptions {
+        env: vec![("TIERD_DURABILITY__SSD_EXPOSURE".into(), "2s".into())],
+        ..DaemonOptions::small()
+    });
+    let sock = d.control_socket();
+    let st = status(&sock);
+    assert_eq!(st["ssd_exposure_bound_s"], 2.0, "{st}");
+    assert_eq!(st["ssd_exposure_bound_kept"], true, "{st}");
+    assert!(
+        exposure_line(&sock).ends_with("; bound 2 s kept"),
+        "{}",
+        exposure_line(&sock)
+    );
+
+    // Migration paused: new data stays SSD-only past the bound, and the
+    // status says so and why.
+    tierctl_ok(&sock, &["migrate", "pause"]);
+    qemu_io_all(&d.uri(), &["write -P 0x41 0 64k", "flush"]);
+    assert!(
+        wait_until(std::time::Duration::from_secs(30), || {
+            status(&sock)["ssd_exposure_bound_kept"] == false
+        }),
+        "the bound was never reported broken: {}",
+        status(&sock)
+    );
+    let st = status(&sock);
+    assert!(
+        st["ssd_exposure_bound_blocked"]
+            .as_str()
+            .is_some_and(|w| w.contains("paused")),
+        "{st}"
+    );
+    let line = exposure_line(&sock);
+    assert!(
+        line.contains("bound 2 s NOT kept (migration is paused"),
+        "{line}"
+    );
+
+    // Resumed: the migrator gives the data an HDD copy and the bound holds.
+    tierctl_ok(&sock, &["migrate", "resume"]);
+    assert!(
+        wait_until(std::time::Duration::from_secs(60), || {
+            let st = status(&sock);
+            st["ssd_only_bytes"] == 0 && st["ssd_exposure_bound_kept"] == true
+        }),
+        "the data never got its HDD copy: {}",
+        status(&sock)
+    );
+
+    // Live: the bound goes away with `tierctl config set`.
+    tierctl_ok(&sock, &["config", "set", "durability.ssd-exposure", "0s"]);
+    let st = status(&sock);
+    assert!(st["ssd_exposure_bound_s"].is_null(), "{st}");
+    assert!(st["ssd_exposure_bound_kept"].is_null(), "{st}");
+    qemu_io_all(&d.uri(), &["read -P 0x41 0 64k"]);
+}

@@ -215,6 +215,12 @@ impl Live {
                 "the HDD has no free slot to spare for copies: SSD extents without one stay SSD-only until it has (the volume is fuller than the HDD holds)".into(),
             );
         }
+        let bound = self.migrator.exposure_bound();
+        if exposure.oldest.is_some_and(|o| o > bound) {
+            return Some(
+                "behind: writes brought more SSD-only data than the HDD could copy within the bound; copying goes on at full speed".into(),
+            );
+        }
         None
     }
 

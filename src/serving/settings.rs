@@ -420,6 +420,7 @@ impl Settings {
 fn with_live_keys(in_force: &Config, from: &Config, reserve: bool) -> Config {
     let mut next = in_force.clone();
     next.migrate = from.migrate;
+    next.durability = from.durability;
     next.heat.sequential_cutoff = from.heat.sequential_cutoff;
     next.log_level = from.log_level.clone();
     if reserve {
