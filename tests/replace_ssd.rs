@@ -270,6 +270,19 @@ mod engine {
         .map(Arc::new)
     }
 
+    /// A migrator that has drained the SSD of `vol` (being drained) in at
+    /// most 100 rounds, if it could.
+    fn drain_ssd(vol: &Arc<Volume>) -> Migrator {
+        let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
+        for _ in 0..100 {
+            if vol.occupying(Tier::Ssd) == 0 {
+                break;
+            }
+            m.run_round();
+        }
+        m
+    }
+
     fn read(vol: &Volume, at: u64, len: usize) -> Vec<u8> {
         let mut b = vec![0u8; len];
         vol.read(at, &mut b).expect("read");
@@ -403,13 +416,7 @@ mod engine {
         let a = pattern(5, 8 * EXTENT as usize);
         vol.write(0, &a, false).expect("write");
         vol.set_evacuating(Some(Tier::Ssd));
-        let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
-        for _ in 0..100 {
-            if vol.occupying(Tier::Ssd) == 0 {
-                break;
-            }
-            m.run_round();
-        }
+        let m = drain_ssd(&vol);
         assert_eq!(vol.occupying(Tier::Ssd), 0, "drained within 100 rounds");
         let new_faulty = Arc::new(FaultDevice::new(new_mem.clone(), 9));
         // A failing sync of the new device after its superblock: refused.
@@ -500,13 +507,7 @@ mod engine {
         let a = pattern(6, 8 * EXTENT as usize);
         vol.write(0, &a, false).expect("write");
         vol.set_evacuating(Some(Tier::Ssd));
-        let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
-        for _ in 0..100 {
-            if vol.occupying(Tier::Ssd) == 0 {
-                break;
-            }
-            m.run_round();
-        }
+        let m = drain_ssd(&vol);
         assert_eq!(vol.occupying(Tier::Ssd), 0, "drained within 100 rounds");
         vol.flush().expect("flush");
         drop(m);
@@ -535,13 +536,7 @@ mod engine {
         // A retry works (the new device carries the failed attempt's
         // superblock of this volume, which is no content to refuse).
         vol.set_evacuating(Some(Tier::Ssd));
-        let m = Migrator::new(vol.clone(), vol.heat(), MigrateConfig::default());
-        for _ in 0..100 {
-            if vol.occupying(Tier::Ssd) == 0 {
-                break;
-            }
-            m.run_round();
-        }
+        let m = drain_ssd(&vol);
         vol.replace_ssd(new.clone(), "/new", false)
             .expect("the retry replaces it");
         vol.flush().expect("flush");

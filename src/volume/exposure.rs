@@ -288,15 +288,6 @@ impl Volume {
         out
     }
 
-    /// The extents whose data has been SSD-only for at least `age`, oldest
-    /// first, at most `max`, each with how long.
-    pub fn exposed_for(&self, age: Duration, max: usize) -> Vec<(u64, Duration)> {
-        if self.map.counts().ssd_only_sectors == 0 {
-            return Vec::new();
-        }
-        self.map.exposed_since().older_than(age, max)
-    }
-
     /// The exposure bound's work list (`durability.ssd-exposure`): the
     /// exposed extents a copy can cover now, oldest first, at most `max`,
     /// each with how long it has been exposed and whether it lives on the
