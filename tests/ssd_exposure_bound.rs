@@ -24,7 +24,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use tierd::clock::{Clock, ManualClock};
-use tierd::device::{BlockDevice, FaultDevice, FaultRule, MemDevice};
+use tierd::device::{BlockDevice, FaultDevice, FaultRule, LostDevice, MemDevice};
 use tierd::heat::HeatConfig;
 use tierd::migrate::{MigrateConfig, Migrator};
 use tierd::store::{MemStore, MetaStore};
@@ -41,6 +41,9 @@ const BOUND: Duration = Duration::from_secs(30);
 /// A volume whose SSD can be made to die.
 struct Rig {
     ssd: Arc<FaultDevice>,
+    hdd: Arc<MemDevice>,
+    store: Arc<MemStore>,
+    heat: HeatConfig,
     clock: Arc<ManualClock>,
     vol: Arc<Volume>,
     mig: Migrator,
@@ -51,7 +54,8 @@ impl Rig {
         let ssd_mem = Arc::new(MemDevice::new((1 << 20) + SSD_SLOTS * EXTENT));
         let hdd = Arc::new(MemDevice::new((1 << 20) + HDD_SLOTS * EXTENT));
         let ssd = Arc::new(FaultDevice::new(ssd_mem, 7));
-        let store: Arc<dyn MetaStore> = Arc::new(MemStore::new());
+        let mem_store = Arc::new(MemStore::new());
+        let store: Arc<dyn MetaStore> = mem_store.clone();
         let devices = Devices {
             ssd: ssd.clone() as Arc<dyn BlockDevice>,
             hdd: hdd.clone() as Arc<dyn BlockDevice>,
@@ -63,13 +67,14 @@ impl Rig {
         };
         Volume::format(&devices, store.as_ref(), &fmt).expect("format");
         let clock = Arc::new(ManualClock::new());
+        let heat = HeatConfig {
+            half_life: Duration::from_secs(10),
+            coverage_window: Duration::from_secs(10),
+            sequential_cutoff: tierd::units::ByteSize(4 * EXTENT),
+            ..HeatConfig::default()
+        };
         let opts = VolumeOptions {
-            heat: HeatConfig {
-                half_life: Duration::from_secs(10),
-                coverage_window: Duration::from_secs(10),
-                sequential_cutoff: tierd::units::ByteSize(4 * EXTENT),
-                ..HeatConfig::default()
-            },
+            heat,
             clock: clock.clone(),
             ..Default::default()
         };
@@ -83,6 +88,9 @@ impl Rig {
         mig.set_exposure_bound(BOUND);
         Rig {
             ssd,
+            hdd,
+            store: mem_store,
+            heat,
             clock,
             vol,
             mig,
@@ -178,6 +186,8 @@ fn trial(seed: u64) -> (u64, u64, u64) {
     rig.ssd.add(FaultRule::dead());
     let (mut checked, mut errors) = (0, 0);
     let mut buf = vec![0u8; BLK as usize];
+    // Each block's answer: `Some(version)` read back, `None` an error.
+    let mut answers: Vec<Option<u64>> = Vec::with_capacity(model.len());
     // What the volume says an SSD failure loses: exactly the blocks that
     // read an error below.
     let lost = vol.ssd_only_ranges(0, vol.size(), usize::MAX);
@@ -211,6 +221,7 @@ fn trial(seed: u64) -> (u64, u64, u64) {
                     b / BPE,
                     m.version
                 );
+                answers.push(Some(m.version));
             }
             Err(e) => {
                 assert!(
@@ -220,13 +231,77 @@ fn trial(seed: u64) -> (u64, u64, u64) {
                     died.saturating_sub(m.flushed.unwrap_or_default())
                 );
                 errors += 1;
+                answers.push(None);
             }
         }
         if bound_covers {
             checked += 1;
         }
     }
-    (checked, errors, Stats::get(&vol.stats().read_from_copy))
+    let copies = Stats::get(&vol.stats().read_from_copy);
+    reopen_without_the_ssd(&rig, seed, &answers);
+    (checked, errors, copies)
+}
+
+/// The process dies with the SSD, and the volume opens without it
+/// (`--ssd-lost`): every block answers as it did with the SSD failing (the
+/// same data, or an I/O error), and the lost ranges are exactly the blocks
+/// that error.
+fn reopen_without_the_ssd(rig: &Rig, seed: u64, answers: &[Option<u64>]) {
+    let devices = Devices {
+        ssd: Arc::new(LostDevice::new("dead")) as Arc<dyn BlockDevice>,
+        hdd: rig.hdd.clone() as Arc<dyn BlockDevice>,
+    };
+    let opts = VolumeOptions {
+        heat: rig.heat,
+        clock: rig.clock.clone(),
+        ssd_lost: true,
+        ..Default::default()
+    };
+    let store: Arc<dyn MetaStore> = rig.store.clone();
+    let vol = Volume::open_with(devices, store, opts)
+        .unwrap_or_else(|e| panic!("seed {seed}: opening without the SSD: {e}"));
+    let (lost, more) = vol.lost_ranges(0, vol.size(), usize::MAX);
+    assert!(!more);
+    let is_lost = |b: u64| {
+        lost.iter()
+            .any(|&(at, n)| (at..at + n).contains(&(b * BLK)))
+    };
+    let mut buf = vec![0u8; BLK as usize];
+    for (b, want) in answers.iter().enumerate() {
+        let b = b as u64;
+        let got = vol.read(b * BLK, &mut buf);
+        match want {
+            Some(v) => {
+                got.unwrap_or_else(|e| {
+                    panic!("seed {seed}: block {b} read back before the restart, now {e}")
+                });
+                let want = if *v == 0 {
+                    vec![0u8; BLK as usize]
+                } else {
+                    content(b, *v)
+                };
+                assert!(
+                    buf == want,
+                    "seed {seed}: block {b} reads other data after the restart"
+                );
+                assert!(
+                    !is_lost(b),
+                    "seed {seed}: block {b} reads, yet is listed lost"
+                );
+            }
+            None => {
+                assert!(
+                    got.is_err(),
+                    "seed {seed}: block {b} erred before the restart, now reads"
+                );
+                assert!(
+                    is_lost(b),
+                    "seed {seed}: block {b} errs, yet is not listed lost"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -113,6 +113,11 @@ const FLAGS: &[Flag] = {
             "Keep a promoted extent's HDD copy while the HDD has room (default true)",
         ),
         flag(
+            "ssd-lost",
+            Switch,
+            "Open the volume without its SSD, which has died: serve what has an HDD copy, EIO for the rest (docs/reliability.md)",
+        ),
+        flag(
             "max-connections",
             Value("N"),
             "NBD connections served at once (default 256)",

@@ -82,6 +82,11 @@ pub struct Config {
     /// Promotions keep the extent's HDD copy while the HDD has room, so
     /// demoting unchanged data writes nothing. Default true.
     pub shadows: bool,
+    /// Open the volume without its SSD, which has died: serve every extent
+    /// that has an HDD copy as of that copy and EIO for the rest, new data
+    /// on the HDD; the SSD's extents with a clean copy leave it at once.
+    /// Default false.
+    pub ssd_lost: bool,
     /// NBD connections served at once; more wait in the listen backlog.
     /// Default 256.
     pub max_connections: usize,
@@ -160,6 +165,7 @@ impl Default for Config {
             read_only: false,
             write_log: true,
             shadows: true,
+            ssd_lost: false,
             max_connections: 256,
             nbd_threads: 16,
             nbd_zero_copy: true,

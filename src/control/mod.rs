@@ -556,6 +556,15 @@ pub struct Status {
     /// its way (the HDD has no room for copies, shadows are off).
     #[serde(default)]
     pub ssd_exposure_bound_blocked: Option<String>,
+    /// The volume was opened without its SSD (`tierd serve --ssd-lost`):
+    /// only data with an HDD copy was kept.
+    #[serde(default)]
+    pub ssd_lost: bool,
+    /// Bytes lost with a dead SSD that still read as I/O errors (until a
+    /// whole-block write or a discard); `tierctl placement --ssd-only`
+    /// lists them.
+    #[serde(default)]
+    pub lost_bytes: u64,
     /// Pin entries.
     pub pins: usize,
     /// Open NBD connections.

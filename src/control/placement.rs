@@ -57,6 +57,17 @@ pub struct SsdOnlyMap {
     /// The SSD has failed requests since the daemon started: these ranges
     /// read EIO now, where they did fail.
     pub ssd_errors: u64,
+    /// Ranges already lost with a dead SSD (the volume was opened without
+    /// it): they read EIO until rewritten whole or discarded. In order, at
+    /// most `max_runs`.
+    #[serde(default)]
+    pub lost: Vec<ByteRun>,
+    /// Bytes of all lost ranges in the range, listed or not.
+    #[serde(default)]
+    pub lost_bytes: u64,
+    /// More lost ranges than `max_runs`.
+    #[serde(default)]
+    pub lost_truncated: bool,
 }
 
 /// A byte range.

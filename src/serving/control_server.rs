@@ -116,7 +116,15 @@ fn handle_blocking(live: &Live, settings: Option<&Settings>, req: Request) -> Re
         } => match clip(offset, len, vol.size()) {
             Ok(r) => {
                 let got = vol.ssd_only_ranges(r.offset, r.end - r.offset, max_runs);
+                let (lost, lost_truncated) = vol.lost_ranges(r.offset, r.end - r.offset, max_runs);
+                let (all_lost, _) = vol.lost_ranges(r.offset, r.end - r.offset, usize::MAX);
                 Response::ok(SsdOnlyMap {
+                    lost_bytes: all_lost.iter().map(|&(_, l)| l).sum(),
+                    lost: lost
+                        .into_iter()
+                        .map(|(offset, len)| ByteRun { offset, len })
+                        .collect(),
+                    lost_truncated,
                     offset: r.offset,
                     len: r.end - r.offset,
                     runs: got

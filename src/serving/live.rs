@@ -612,6 +612,8 @@ impl Live {
             ssd_exposure_bound_s: bound.map(|b| b.as_secs_f64()),
             ssd_exposure_bound_kept: bound.map(|b| exposure.oldest.is_none_or(|o| o <= b)),
             ssd_exposure_bound_blocked: bound.and_then(|_| self.bound_blocked(&exposure)),
+            ssd_lost: vol.ssd_lost(),
+            lost_bytes: vol.lost_bytes(),
             pins: vol.pins().len(),
             connections: self.probe.count(),
             inflight: vol.inflight() as u64,

@@ -15,11 +15,12 @@ use tracing::{info, warn};
 use super::error::{io_ctx, Result, ServiceError};
 use super::images::{self, check_given_sizes, Made, TierPath};
 use crate::config::{Config, Loaded};
-use crate::device::{BlockDevice, FileDevice};
+use crate::device::{BlockDevice, FileDevice, LostDevice};
 use crate::store::{MetaStore, SledStore, StoreError};
 use crate::units::{error_text, human_bytes, ByteSize};
 use crate::volume::{
-    Devices, FormatOptions, Geometry, Volume, VolumeError, VolumeOptions, MIN_DEVICE_SIZE,
+    is_ssd_in_use, Devices, FormatOptions, Geometry, Superblock, Volume, VolumeError,
+    VolumeOptions, MIN_DEVICE_SIZE,
 };
 
 /// Open the two devices named by the configuration.
@@ -220,6 +221,12 @@ pub fn check_before_start(loaded: &Loaded) -> Result<()> {
     if SledStore::exists(&cfg.meta_path()) {
         return Ok(());
     }
+    if cfg.ssd_lost {
+        return Err(ServiceError::Refused(format!(
+            "--ssd-lost opens an existing volume from its HDD copies, but there is no metadata store at {}: nothing to open",
+            cfg.meta_path().display()
+        )));
+    }
     if cfg.uses_default_images() {
         for t in TierPath::both(cfg) {
             if !t.is_missing() {
@@ -276,21 +283,58 @@ pub fn prepare(loaded: &Loaded) -> Result<(Arc<Volume>, bool)> {
             format_command(cfg)
         )));
     }
-    let devices = open_devices(cfg)?;
+    let devices = if cfg.ssd_lost {
+        // The SSD's path may be gone, or name a dead device: not opened.
+        Devices {
+            ssd: Arc::new(LostDevice::new(cfg.ssd_path().display().to_string())),
+            hdd: open_device(cfg, &cfg.hdd_path(), &cfg.hdd_model)?,
+        }
+    } else {
+        open_devices(cfg)?
+    };
     let store: Arc<dyn MetaStore> = match store {
         Some(s) => s,
         None => open_store(cfg)?,
     };
+    if cfg.ssd_lost {
+        refuse_live_ssd(cfg, store.as_ref())?;
+    }
     let opts = VolumeOptions {
         heat: cfg.heat,
+        // Without the SSD, the volume opens with the SSD drained: no write
+        // lands in its log until a replacement ends the draining.
         write_log: cfg.write_log,
         shadows: cfg.shadows,
+        ssd_lost: cfg.ssd_lost,
         ..VolumeOptions::default()
     };
     Ok((
         Arc::new(Volume::open_with(devices, store, opts)?),
         formatted,
     ))
+}
+
+/// `--ssd-lost` discards what only the SSD holds: refused while the SSD's
+/// path still reads as the SSD this volume uses (a device that fails, or
+/// is gone, or is another device, is taken as lost).
+fn refuse_live_ssd(cfg: &Config, store: &dyn MetaStore) -> Result<()> {
+    use std::io::Read;
+    let path = cfg.ssd_path();
+    let mut head = vec![0u8; crate::volume::PROBE_SIZE];
+    let read = std::fs::File::open(&path).and_then(|mut f| f.read_exact(&mut head));
+    if read.is_err() {
+        return Ok(());
+    }
+    let Ok(sb) = Superblock::decode(&head) else {
+        return Ok(());
+    };
+    if is_ssd_in_use(store, &sb)? {
+        return Err(ServiceError::Refused(format!(
+            "--ssd-lost would give up what only the SSD holds, but {} still reads as this volume's SSD: serve without --ssd-lost and run `tierctl evacuate ssd` to move its data to the HDD (reads the SSD fails are served from HDD copies), then `tierctl replace ssd NEW`; if the device is failing for good, detach it (or point --ssd at a path that does not exist) and start with --ssd-lost again",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// The `tierd format` command that formats the devices `cfg` names, with

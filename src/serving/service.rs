@@ -19,7 +19,7 @@ use super::systemd::watchdog_interval;
 use crate::config::Config;
 use crate::migrate::Migrator;
 use crate::nbd::{RequestObserver, Server, ServerOptions, ServerTls, TlsFiles};
-use crate::volume::Volume;
+use crate::volume::{Tier, Volume};
 
 pub use super::error::ServiceError;
 pub use super::open::{
@@ -202,6 +202,13 @@ pub async fn run_with(
             .with_recorder(recorder.clone())
             .with_client_errors(client_errors),
     );
+    if cfg.ssd_lost && settings.evacuating() != Some(Tier::Ssd) {
+        // The volume opened with the SSD drained; saved, so that the drain
+        // lasts until `tierctl replace ssd` ends it, whatever the restarts.
+        if let Err(e) = settings.evacuate(&live, Some(Tier::Ssd)) {
+            warn!("cannot record that the lost SSD is drained: {e}");
+        }
+    }
     // Side services: their end never stops the daemon.
     let mut side = tokio::task::JoinSet::new();
     // Kept until the end: tierctl finds the daemon from any directory.

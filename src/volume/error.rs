@@ -125,6 +125,14 @@ pub enum VolumeError {
     /// A replacement that cannot be done now or with this device.
     #[error("cannot replace the SSD: {0}")]
     Replace(String),
+    /// A read of blocks lost with a dead SSD.
+    #[error("the data at byte {offset} was lost with the SSD ({device}): it had no HDD copy; a write of the whole 4 KiB block or a discard makes it usable again")]
+    Lost {
+        /// The first lost byte of the request.
+        offset: u64,
+        /// The lost SSD.
+        device: String,
+    },
     /// No slot left anywhere (cannot happen while the geometry holds).
     #[error("no free extent slot on either device")]
     NoSpace,

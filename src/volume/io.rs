@@ -276,6 +276,10 @@ impl Volume {
                 }
             };
             let Some(m) = guard.as_ref() else {
+                let (first, last) = block_span(p.start, p.len);
+                if let Err(e) = self.check_lost(p.extent, first, last) {
+                    return Some(Err(e));
+                }
                 unmapped += 1;
                 unmapped_bytes += p.len;
                 dst.fill(0);
@@ -361,7 +365,14 @@ impl Volume {
                 // write log was read from the SSD, whatever the extent's home.
                 hit_bytes[run.src.map_or(t, |(tier, _)| tier.index())] += part.len() as u64;
                 match run.src {
-                    None => part.fill(0),
+                    None => {
+                        if let Err(e) =
+                            self.check_lost(p.extent, run.first, run.first + run.count - 1)
+                        {
+                            return Some(Err(e));
+                        }
+                        part.fill(0)
+                    }
                     Some((tier, at)) => {
                         let skip = lo - u64::from(run.first) * BLOCK_SIZE;
                         if let Err(e) = read(part, tier, at + skip)? {
@@ -451,20 +462,38 @@ impl Volume {
         };
         'outer: for p in self.pieces(offset, len) {
             let guard = self.slot_lock(p.extent).read();
-            match guard.as_ref() {
-                None => {
-                    if !push(&mut runs, p.len, true, true) {
-                        break;
+            let (first, last) = block_span(p.start, p.len);
+            // Blocks as (first, count, holds data); lost blocks are said to
+            // hold data (never a hole or zeros: a reader must not skip them).
+            let spans: Vec<(u32, u32, bool)> = match guard.as_ref() {
+                None => vec![(first, last - first + 1, false)],
+                Some(m) => m.written.runs(first, last),
+            };
+            let mapped = guard.is_some();
+            drop(guard);
+            for (b, n, written) in spans {
+                let mut pieces = Vec::new();
+                if written {
+                    pieces.push((b, n, true));
+                } else {
+                    let mut at = b;
+                    for (lb, ln) in self.lost_in(p.extent, b, b + n - 1) {
+                        if lb > at {
+                            pieces.push((at, lb - at, false));
+                        }
+                        pieces.push((lb, ln, true));
+                        at = lb + ln;
+                    }
+                    if at < b + n {
+                        pieces.push((at, b + n - at, false));
                     }
                 }
-                Some(m) => {
-                    let (first, last) = block_span(p.start, p.len);
-                    for (b, n, written) in m.written.runs(first, last) {
-                        let lo = (u64::from(b) * BLOCK_SIZE).max(p.start);
-                        let hi = (u64::from(b + n) * BLOCK_SIZE).min(p.start + p.len);
-                        if !push(&mut runs, hi - lo, false, !written) {
-                            break 'outer;
-                        }
+                for (pb, pn, data) in pieces {
+                    let lo = (u64::from(pb) * BLOCK_SIZE).max(p.start);
+                    let hi = (u64::from(pb + pn) * BLOCK_SIZE).min(p.start + p.len);
+                    let hole = !mapped && !data;
+                    if !push(&mut runs, hi - lo, hole, !data) {
+                        break 'outer;
                     }
                 }
             }

@@ -17,6 +17,7 @@ mod io;
 mod ledger;
 mod lock;
 mod log;
+mod lost;
 mod map;
 mod moves;
 mod open;
@@ -35,10 +36,12 @@ pub use hold::WriteHold;
 pub use io::AllocRun;
 pub use ledger::{Ledger, LedgerStatus};
 pub use log::LogUsage;
+pub use lost::Salvaged;
 pub use moves::{Goal, MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
 pub use open::{FormatOptions, VolumeOptions, STORE_FORMAT_VERSION};
 pub use pins::{pin_in, pinned_ranges, Pin};
 pub use placement::Placement;
+pub use replace::is_ssd_in_use;
 pub use space::FlushState;
 pub use stats::Stats;
 
@@ -198,6 +201,11 @@ pub struct Volume {
     /// Extents whose foreground writes wait for a copy to commit
     /// ([`Volume::hold_writes`]).
     held: hold::Held,
+    /// Opened without its SSD (`tierd serve --ssd-lost`), and not replaced
+    /// since.
+    ssd_lost: AtomicBool,
+    /// Blocks lost with a dead SSD: they read as I/O errors.
+    lost: lost::LostBlocks,
     /// Heat of every extent: recorded by the I/O paths, shared with
     /// whoever reads it (the migrator, control, metrics).
     heat: Arc<HeatMap>,
@@ -264,6 +272,11 @@ impl Volume {
     /// Where a logical extent lives now, if mapped.
     pub fn mapping(&self, extent: u64) -> Option<Mapping> {
         self.map.get(extent).and_then(|e| e.read().clone())
+    }
+
+    /// Whether the volume was opened without its SSD (`--ssd-lost`).
+    pub fn ssd_lost(&self) -> bool {
+        self.ssd_lost.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The tier a logical extent is mapped on, if it is (no lock, no copy:

@@ -38,6 +38,11 @@ pub struct VolumeOptions {
     pub write_log: bool,
     /// Promotions keep the HDD slot as a clean shadow.
     pub shadows: bool,
+    /// The SSD is lost (`tierd serve --ssd-lost`; its device is a
+    /// [`crate::device::LostDevice`]): its superblock is not read, and
+    /// HDD copies are kept even after an unclean shutdown (see
+    /// [`Volume::open_with`]).
+    pub ssd_lost: bool,
 }
 
 impl Default for VolumeOptions {
@@ -47,6 +52,7 @@ impl Default for VolumeOptions {
             clock: Arc::new(SystemClock::default()),
             write_log: true,
             shadows: true,
+            ssd_lost: false,
         }
     }
 }
@@ -184,7 +190,17 @@ impl Volume {
         let geo: Geometry = serde_json::from_slice(&geo_raw)
             .map_err(|e| VolumeError::Corrupt(format!("geometry: {e}")))?;
 
+        // Without the SSD, its superblock is the HDD's twin as far as the
+        // checks below go: only the HDD's is read.
+        let tiers: &[Tier] = if opts.ssd_lost {
+            &[Tier::Hdd]
+        } else {
+            &[Tier::Ssd, Tier::Hdd]
+        };
         let sbs = [Tier::Ssd, Tier::Hdd].map(|tier| {
+            if !tiers.contains(&tier) {
+                return Ok(None);
+            }
             let dev = devices.get(tier);
             let mut buf = vec![0u8; super::superblock::SUPERBLOCK_SIZE.min(dev.size() as usize)];
             dev.read_at(&mut buf, 0)
@@ -195,9 +211,19 @@ impl Volume {
                         problem,
                     })
                 })
+                .map(Some)
         });
         let [ssd_sb, hdd_sb] = sbs;
-        let (ssd_sb, hdd_sb) = (ssd_sb?, hdd_sb?);
+        let (ssd_sb, hdd_sb) = (
+            ssd_sb?,
+            hdd_sb?
+                .ok_or_else(|| VolumeError::Corrupt("the HDD's superblock was not read".into()))?,
+        );
+        let ssd_sb = ssd_sb.unwrap_or_else(|| Superblock {
+            role: Tier::Ssd,
+            slots: u64::from(geo.slots(Tier::Ssd)),
+            ..hdd_sb.clone()
+        });
         if ssd_sb.volume_id == id
             && hdd_sb.volume_id == id
             && ssd_sb.role == Tier::Hdd
@@ -209,6 +235,9 @@ impl Volume {
             });
         }
         for (tier, sb) in [(Tier::Ssd, &ssd_sb), (Tier::Hdd, &hdd_sb)] {
+            if !tiers.contains(&tier) {
+                continue;
+            }
             let dev = devices.get(tier);
             if sb.volume_id != id {
                 return Err(VolumeError::OtherVolume {
@@ -239,7 +268,9 @@ impl Volume {
                 });
             }
         }
-        super::replace::check_replaced(store.as_ref(), &ssd_sb, devices.ssd.name())?;
+        if !opts.ssd_lost {
+            super::replace::check_replaced(store.as_ref(), &ssd_sb, devices.ssd.name())?;
+        }
 
         let logical = geo.logical_extents();
         let blocks = geo.blocks_per_extent();
@@ -283,7 +314,12 @@ impl Volume {
             }
         }
         let clean = store.get(CLEAN_KEY)?.as_deref() == Some(b"1".as_slice());
-        if !clean {
+        // Without the SSD the copies are kept whatever the shutdown: a write
+        // whose stale mark a crash lost reached only the SSD, and was not
+        // flushed (a flush makes the mark durable), so the copy's older
+        // data is what a crash may leave; and nothing newer can be read
+        // any more, so no block can seem to change without a write.
+        if !clean && !opts.ssd_lost {
             // After a crash a shadow may miss the stale mark of a write that
             // reached the SSD: its copy is no longer trusted.
             // Only side-table mappings can have one.
@@ -297,6 +333,29 @@ impl Volume {
                 }
             }
         }
+        let lost = match store.get(super::lost::LOST_KEY)? {
+            Some(raw) => super::lost::LostBlocks::decode(&raw)?,
+            None => super::lost::LostBlocks::default(),
+        };
+        if opts.ssd_lost {
+            let done = super::lost::salvage(
+                &map,
+                store.as_ref(),
+                &lost,
+                blocks,
+                &mut owner,
+                &mut log_in_use,
+            )?;
+            tracing::warn!(
+                moved = done.moved,
+                unmapped = done.unmapped,
+                unlogged = done.unlogged,
+                newly_lost_blocks = done.lost_blocks,
+                lost_blocks = lost.count(),
+                "opened without the SSD: extents with an HDD copy now read from it; blocks whose newest data was only on the SSD read as I/O errors (tierctl placement --lost lists them)"
+            );
+        }
+        super::lost::drop_written(&map, store.as_ref(), &lost, blocks)?;
         // What is exposed now was written before: its time is not known.
         map.loaded();
         // From here until a clean close, a crash is an unclean shutdown.
@@ -359,7 +418,9 @@ impl Volume {
             log,
             log_enabled: AtomicBool::new(opts.write_log),
             shadows_enabled: AtomicBool::new(opts.shadows),
-            evacuating: std::sync::atomic::AtomicU8::new(0),
+            // Without the SSD nothing may land there: drained from the start.
+            evacuating: std::sync::atomic::AtomicU8::new(u8::from(opts.ssd_lost)),
+            lost,
             evac_lock: Mutex::new(()),
             clean_shadows: AtomicBool::new(true),
             no_idle_clean: std::sync::atomic::AtomicU64::new(u64::MAX),
@@ -375,6 +436,7 @@ impl Volume {
             watching: AtomicUsize::new(0),
             touched: Mutex::new(HashMap::new()),
             held: Default::default(),
+            ssd_lost: AtomicBool::new(opts.ssd_lost),
             heat: Arc::new(heat),
             clock: opts.clock,
             pins: RwLock::new(pins),

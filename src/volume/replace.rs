@@ -64,6 +64,15 @@ pub(super) fn check_replaced(
     })
 }
 
+/// Whether `ssd` (a superblock read off a device) is the SSD `store`'s
+/// volume uses now: one of its SSD superblocks, not replaced since.
+pub fn is_ssd_in_use(store: &dyn MetaStore, ssd: &Superblock) -> VolumeResult<bool> {
+    let id = store.get(super::VOLUME_ID_KEY)?.unwrap_or_default();
+    Ok(ssd.role == Tier::Ssd
+        && ssd.volume_id.as_bytes() == id.as_slice()
+        && check_replaced(store, ssd, String::new()).is_ok())
+}
+
 impl Volume {
     /// Put `new` in place of the drained SSD (see the module docs). `path`
     /// is how the operator named it (recorded for the message that refuses
@@ -131,6 +140,11 @@ impl Volume {
             )));
         }
         let done = self.install_ssd(new, path);
+        if done.is_ok() {
+            // A lost SSD is replaced: the volume has an SSD again.
+            self.ssd_lost
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+        }
         if done.is_err() {
             // The old SSD stays, empty and closed as draining wants it.
             tracing::warn!("replacing the SSD failed; the old one stays in place");

@@ -307,6 +307,7 @@ impl Volume {
         for p in self.pieces(offset, len) {
             self.discard_piece(p, zero, keep_allocated)?;
         }
+        self.forget_lost(offset, len)?;
         if fua {
             self.flush()?;
         }
@@ -492,15 +493,19 @@ impl Volume {
                 break gate;
             }
         };
+        // Under the gate: every write that took these has its record in
+        // the store now.
+        let lost_written = self.lost_written_take();
         if self.meta_dirty.swap(false, Ordering::AcqRel) || force_meta {
             if let Err(e) = self.store.flush() {
                 self.mark_meta_dirty();
+                self.lost_written_flushed(lost_written, false)?;
                 return Err(e.into());
             }
             self.meta_flushed_at
                 .store(self.clock.now().as_nanos() as u64, Ordering::Relaxed);
         }
-        Ok(())
+        self.lost_written_flushed(lost_written, true)
     }
 }
 

@@ -240,6 +240,9 @@ impl Volume {
         };
         // Even a failed write may have reached some blocks.
         self.touch(p.extent, first, last);
+        if r.is_ok() {
+            self.lost_written(p.extent, p.start, p.len);
+        }
         r
     }
 
@@ -282,9 +285,11 @@ impl Volume {
     }
 
     /// Read the newest data of block `b` of `m` into `out` (4 KiB), or zeros.
-    fn read_block(&self, m: &Mapping, b: u32, out: &mut [u8]) -> VolumeResult<()> {
+    /// A lost block's content is not known: a write of part of it fails.
+    fn read_block(&self, extent: u64, m: &Mapping, b: u32, out: &mut [u8]) -> VolumeResult<()> {
         match self.block_source(m, b) {
             None => {
+                self.check_lost(extent, b, b)?;
                 out.fill(0);
                 Ok(())
             }
@@ -307,6 +312,7 @@ impl Volume {
     /// need to read), or `None` when `data` is block aligned.
     fn widen(
         &self,
+        extent: u64,
         m: &Mapping,
         start: u64,
         data: &[u8],
@@ -331,11 +337,11 @@ impl Volume {
         };
         let mut buf = vec![0u8; (hi - lo) as usize];
         if head {
-            self.read_block(m, first, &mut buf[..BLOCK_SIZE as usize])?;
+            self.read_block(extent, m, first, &mut buf[..BLOCK_SIZE as usize])?;
         }
         if tail && !(head && first == last) {
             let n = buf.len();
-            self.read_block(m, last, &mut buf[n - BLOCK_SIZE as usize..])?;
+            self.read_block(extent, m, last, &mut buf[n - BLOCK_SIZE as usize..])?;
         }
         buf[(start - lo) as usize..(end - lo) as usize].copy_from_slice(data);
         Ok(Some((lo, buf)))
@@ -360,7 +366,7 @@ impl Volume {
         // Data write and record under the gate: a flush never persists the
         // record without the data (see `flush_inner`).
         let _gate = self.meta_gate.read();
-        let result = match self.widen(&m, p.start, data, in_slot) {
+        let result = match self.widen(p.extent, &m, p.start, data, in_slot) {
             Ok(None) => self.device_write(m.loc, p.start, data),
             Ok(Some((lo, buf))) => self.device_write(m.loc, lo, &buf),
             Err(e) => Err(e),
@@ -473,7 +479,7 @@ impl Volume {
             .collect();
         // As in `write_locked`: no flush past this point until the record.
         let _gate = self.meta_gate.read();
-        let result = match self.widen(&m, p.start, data, keep) {
+        let result = match self.widen(p.extent, &m, p.start, data, keep) {
             Ok(None) => self.write_blocks(&devs, first, p.start, data),
             Ok(Some((lo, buf))) => self.write_blocks(&devs, first, lo, &buf),
             Err(e) => Err(e),

@@ -17,8 +17,9 @@ fn dur(secs: Option<f64>) -> String {
 /// What an SSD failure would lose now: the data whose only copy is on the
 /// SSD and how long ago the oldest of it was written.
 fn exposure_line(s: &Status) -> String {
+    let lost = lost_text(s);
     if s.ssd_only_bytes == 0 {
-        return format!("exposure: nothing only on the SSD{}", bound_text(s));
+        return format!("exposure: nothing only on the SSD{}{lost}", bound_text(s));
     }
     let age = match s.ssd_only_oldest_s {
         None => String::new(),
@@ -29,6 +30,7 @@ fn exposure_line(s: &Status) -> String {
     };
     let mut line = format!("exposure: {} only on the SSD{age}", human(s.ssd_only_bytes));
     line.push_str(&bound_text(s));
+    line.push_str(&lost);
     let ssd_errors = s
         .tiers
         .iter()
@@ -40,6 +42,22 @@ fn exposure_line(s: &Status) -> String {
         ));
     }
     line
+}
+
+/// What was lost with a dead SSD, if the volume was opened without it or
+/// still has lost blocks.
+fn lost_text(s: &Status) -> String {
+    let mut t = String::new();
+    if s.ssd_lost {
+        t.push_str("\n  serving WITHOUT the SSD (--ssd-lost): data with an HDD copy is served from it, new data goes to the HDD; `tierctl replace ssd NEW` brings a new SSD in");
+    }
+    if s.lost_bytes > 0 {
+        t.push_str(&format!(
+            "\n  {} lost with the SSD: reads there get EIO until the blocks are rewritten whole or discarded (`tierctl placement --ssd-only` lists them)",
+            human(s.lost_bytes)
+        ));
+    }
+    t
 }
 
 /// The SSD exposure bound's part of the exposure line: the bound, whether
@@ -65,6 +83,25 @@ pub fn print_ssd_only(m: &SsdOnlyMap) {
         say!(
             "the SSD has failed {} requests since the daemon started: the ranges below read EIO where it fails",
             m.ssd_errors
+        );
+    }
+    if !m.lost.is_empty() {
+        for r in &m.lost {
+            say!(
+                "{:>14} - {:>14}  {:>12}  lost",
+                r.offset,
+                r.offset + r.len,
+                human(r.len)
+            );
+        }
+        let more = if m.lost_truncated {
+            " (more ranges than listed: --max-runs)"
+        } else {
+            ""
+        };
+        say!(
+            "{} lost with the SSD: reads get EIO until rewritten whole or discarded{more}",
+            human(m.lost_bytes)
         );
     }
     if m.runs.is_empty() {

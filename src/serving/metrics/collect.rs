@@ -228,6 +228,10 @@ pub(super) fn describe() {
         "tierd_only_copy_bound_seconds",
         "The bound on how long data may have its only copy on the tier (durability.ssd-exposure; 0: no bound)"
     );
+    describe_gauge!(
+        "tierd_lost_bytes",
+        "Bytes lost with a dead tier (tier=ssd: the volume was opened without its SSD) that read as I/O errors until rewritten whole or discarded"
+    );
     describe_counter!(
         "tierd_reads_from_copy_total",
         "Reads (or parts of reads) the SSD failed that an extent's clean HDD copy served instead"
@@ -308,6 +312,7 @@ pub fn collect(live: &Live) {
     gauge!("tierd_only_copy_bound_seconds", "tier" => "ssd")
         .set(live.migrator.exposure_bound().as_secs_f64());
     counter!("tierd_reads_from_copy_total").absolute(Stats::get(&s.read_from_copy));
+    gauge!("tierd_lost_bytes", "tier" => "ssd").set(vol.lost_bytes() as f64);
     counter!("tierd_free_demotions_total").absolute(Stats::get(&s.free_demotions));
     counter!("tierd_shadows_dropped_total").absolute(Stats::get(&s.shadows_dropped));
     for (outcome, n) in [
