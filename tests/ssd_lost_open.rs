@@ -357,3 +357,22 @@ fn a_rewrite_of_a_lost_block_reads_back_once_flushed_and_never_as_zeros() {
     let vol = open_lost(&bed, bed.store.clone()).expect("reopen");
     assert_lost_reads(&vol, &model, &lost, "a trimmed rewrite, power cut");
 }
+
+#[test]
+fn the_ssd_in_use_is_known_by_its_superblock() {
+    // `tierd serve --ssd-lost` is refused while the SSD's path reads as
+    // the SSD in use: this is its check.
+    let bed = Bed::new(8, 32, 2);
+    drop(bed.open());
+    let read_sb = |dev: &MemDevice| {
+        let mut b = vec![0u8; tierd::volume::PROBE_SIZE];
+        dev.read_at(&mut b, 0).expect("read");
+        tierd::volume::Superblock::decode(&b).expect("superblock")
+    };
+    let store = bed.store.as_ref();
+    assert!(tierd::volume::is_ssd_in_use(store, &read_sb(&bed.ssd)).expect("check"));
+    assert!(!tierd::volume::is_ssd_in_use(store, &read_sb(&bed.hdd)).expect("check"));
+    // Another volume's SSD is not this one's.
+    let other = Bed::new(8, 32, 2);
+    assert!(!tierd::volume::is_ssd_in_use(store, &read_sb(&other.ssd)).expect("check"));
+}

@@ -352,7 +352,7 @@ impl Volume {
                 unlogged = done.unlogged,
                 newly_lost_blocks = done.lost_blocks,
                 lost_blocks = lost.count(),
-                "opened without the SSD: extents with an HDD copy now read from it; blocks whose newest data was only on the SSD read as I/O errors (tierctl placement --lost lists them)"
+                "opened without the SSD: extents with an HDD copy now read from it; blocks whose newest data was only on the SSD read as I/O errors (tierctl placement --ssd-only lists them)"
             );
         }
         super::lost::drop_written(&map, store.as_ref(), &lost, blocks)?;

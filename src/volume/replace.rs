@@ -69,7 +69,7 @@ pub(super) fn check_replaced(
 pub fn is_ssd_in_use(store: &dyn MetaStore, ssd: &Superblock) -> VolumeResult<bool> {
     let id = store.get(super::VOLUME_ID_KEY)?.unwrap_or_default();
     Ok(ssd.role == Tier::Ssd
-        && ssd.volume_id.as_bytes() == id.as_slice()
+        && ssd.volume_id.to_string().as_bytes() == id.as_slice()
         && check_replaced(store, ssd, String::new()).is_ok())
 }
 

@@ -573,6 +573,11 @@ impl Daemon {
         }
     }
 
+    /// The options the next [`Daemon::restart`] starts with.
+    pub fn options_mut(&mut self) -> &mut DaemonOptions {
+        &mut self.opts
+    }
+
     /// Start the daemon again on the same data directory and port (it must
     /// be stopped).
     pub fn restart(&mut self) {
