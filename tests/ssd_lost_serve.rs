@@ -18,15 +18,18 @@ fn status(sock: &Path) -> Value {
     serde_json::from_str(&tierctl_ok(sock, &["status", "--json"])).expect("JSON")
 }
 
-/// The SSD-only (or lost) byte ranges `tierctl placement --ssd-only` lists,
-/// and the lost ones.
-fn ranges(sock: &Path) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+/// Byte ranges `(offset, len)`.
+type Ranges = Vec<(u64, u64)>;
+
+/// The SSD-only byte ranges `tierctl placement --ssd-only` lists, and the
+/// lost ones.
+fn ranges(sock: &Path) -> (Ranges, Ranges) {
     let v: Value = serde_json::from_str(&tierctl_ok(
         sock,
         &["placement", "--ssd-only", "--max-runs", "100000", "--json"],
     ))
     .expect("JSON");
-    let runs = |k: &str| -> Vec<(u64, u64)> {
+    let runs = |k: &str| -> Ranges {
         v[k].as_array()
             .map(|a| {
                 a.iter()
