@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 
 use common::{env_u64, Daemon, DaemonOptions, MIB};
-use durability_model::{block_bytes, block_id, Model, BLOCK};
+use durability_model::{block_bytes, block_id, explain_bytes, Model, BLOCK};
 use raw_client::{Nbd, RawError};
 
 /// Extents of the work area: more than the SSD holds, so some spill to the
@@ -118,7 +118,7 @@ fn workload(
     next_id: &mut u64,
     fig: &mut Figures,
     max: Duration,
-) {
+) -> Result<(), String> {
     let deadline = Instant::now() + max;
     let mut buf = vec![0u8; 16 * BLOCK as usize];
     let mut quiet = false;
@@ -191,11 +191,21 @@ fn workload(
                             let b = blk + k;
                             let s = (k * BLOCK) as usize;
                             let want = model.current(b);
-                            assert_eq!(
-                                block_id(b, &got[s..s + BLOCK as usize]),
-                                Some(want),
-                                "live read of block {b} does not return its last write {want}"
-                            );
+                            let bytes = &got[s..s + BLOCK as usize];
+                            let found = block_id(b, bytes);
+                            if found != Some(want) {
+                                return Err(format!(
+                                    "live read of blocks {blk}..{} (block {b} at {:#x}, extent {}): block {b} does not return its last write {want} but {}; pending writes since its flush: {:?}",
+                                    blk + n,
+                                    b * BLOCK,
+                                    b / BLOCKS_PER_EXTENT,
+                                    match found {
+                                        Some(id) => format!("write {id}"),
+                                        None => explain_bytes(b, bytes),
+                                    },
+                                    model.pending.get(&b),
+                                ));
+                            }
                         }
                         Ok(())
                     }
@@ -205,10 +215,44 @@ fn workload(
         };
         match r {
             Ok(()) => {}
-            Err(RawError::Io(_)) => return, // the daemon died
-            Err(RawError::Errno(e)) => panic!("request failed with errno {e} on a live daemon"),
+            Err(RawError::Io(_)) => return Ok(()), // the daemon died
+            Err(RawError::Errno(e)) => {
+                return Err(format!("request failed with errno {e} on a live daemon"))
+            }
         }
     }
+    Ok(())
+}
+
+/// Keep the daemon's files (images, metadata, log) of a failed cycle next
+/// to the test binaries and fail with `why`, the cycle and the log's tail.
+fn fail_keeping_evidence(d: &mut Daemon, cycle: u64, why: &str) -> ! {
+    d.kill9();
+    let log = d.log();
+    let keep = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent()?.parent().map(|t| t.join("crash-loop-failure")))
+        .unwrap_or_else(|| std::env::temp_dir().join("tierd-crash-loop-failure"));
+    let _ = std::fs::remove_dir_all(&keep);
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(d.data_dir())
+        .arg(&keep)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    let tail: Vec<&str> = log.lines().rev().take(80).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    panic!(
+        "cycle {cycle}: {why}\ndaemon files {} {}\nlast lines of the daemon log:\n{}",
+        if copied {
+            "kept in"
+        } else {
+            "could not be copied to"
+        },
+        keep.display(),
+        tail.join("\n")
+    );
 }
 
 /// Read the whole work area and check every block against the model.
@@ -345,7 +389,7 @@ fn crash_loop(cycles: u64, remote: Option<(Vec<String>, std::path::PathBuf)>) {
                 }
             })
         };
-        workload(
+        let run = workload(
             &mut c,
             &mut model,
             &mut rng,
@@ -354,6 +398,10 @@ fn crash_loop(cycles: u64, remote: Option<(Vec<String>, std::path::PathBuf)>) {
             delay + Duration::from_secs(5),
         );
         armed.store(false, Ordering::SeqCst);
+        if let Err(why) = run {
+            killer.join().expect("killer thread");
+            fail_keeping_evidence(&mut d, cycle, &why);
+        }
         killer.join().expect("killer thread");
         drop(c);
         d.kill9();

@@ -36,6 +36,42 @@ pub fn block_id(blk: u64, got: &[u8]) -> Option<u64> {
     (want == got).then_some(id)
 }
 
+/// What a block that matches no write of `blk` holds instead, for failure
+/// messages: another block's write, the first 8 bytes of a write whose
+/// tail differs (a torn or mixed block), zeros in part, or plain garbage.
+pub fn explain_bytes(blk: u64, got: &[u8]) -> String {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&got[..8]);
+    let id = u64::from_le_bytes(first);
+    if got.iter().all(|&b| b == 0) {
+        return "zeros".to_string();
+    }
+    let mut want = vec![0u8; BLOCK as usize];
+    if id != 0 {
+        block_bytes(id, blk, &mut want);
+        let same = got
+            .chunks_exact(8)
+            .zip(want.chunks_exact(8))
+            .filter(|(a, b)| a == b)
+            .count();
+        // Which block the rest of the bytes were written for: the second
+        // word is word + 1 with word = id * K ^ blk.
+        let mut second = [0u8; 8];
+        second.copy_from_slice(&got[8..16]);
+        let other =
+            u64::from_le_bytes(second).wrapping_sub(1) ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        return format!(
+            "write {id} by its first word, {same} of {} words as written to block {blk}; the second word names block {other}",
+            got.len() / 8
+        );
+    }
+    let zero_words = got
+        .chunks_exact(8)
+        .filter(|w| w.iter().all(|&b| b == 0))
+        .count();
+    format!("garbage ({zero_words} zero words of {})", got.len() / 8)
+}
+
 /// What may be in each block after a crash.
 #[derive(Default)]
 pub struct Model {
