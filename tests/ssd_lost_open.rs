@@ -358,6 +358,36 @@ fn a_rewrite_of_a_lost_block_reads_back_once_flushed_and_never_as_zeros() {
     assert_lost_reads(&vol, &model, &lost, "a trimmed rewrite, power cut");
 }
 
+/// The store may make a write's mapping durable before the data is synced
+/// (sled flushes on its own): a kill then leaves the data in the OS cache
+/// only. The next open forgets the block's mark (it is written), and must
+/// sync the data before that is recorded: a power cut after the open
+/// would otherwise bring back the block's older bytes in place of its
+/// error.
+#[test]
+fn an_open_that_forgets_a_mark_syncs_the_rewrite_first() {
+    let bed = Bed::new(8, 32, 2);
+    let vol = bed.open();
+    let (mut model, mut lost) = layout(&bed, &vol);
+    drop(vol);
+    bed.power_cut();
+    let vol = open_lost(&bed, bed.store.clone()).expect("open without the SSD");
+    let b = 9 * BPE + 1;
+    assert!(lost.contains(&b), "block {b} is one the loss marked");
+    put(&vol, &mut model, b * BLK, &pattern(90, BLK as usize));
+    lost.remove(&b);
+    // The store's own flush, no device sync; then a kill (the HDD keeps
+    // the unsynced write, as the OS cache does).
+    bed.store.flush().expect("store flush");
+    drop(vol);
+    let vol = open_lost(&bed, bed.store.clone()).expect("reopen after the kill");
+    assert_lost_reads(&vol, &model, &lost, "after the kill");
+    drop(vol);
+    bed.power_cut();
+    let vol = open_lost(&bed, bed.store.clone()).expect("reopen after a power cut");
+    assert_lost_reads(&vol, &model, &lost, "a power cut after the open");
+}
+
 #[test]
 fn the_ssd_in_use_is_known_by_its_superblock() {
     // `tierd serve --ssd-lost` is refused while the SSD's path reads as

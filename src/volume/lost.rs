@@ -230,14 +230,19 @@ impl LostBlocks {
 
 /// At open: forget the marks of blocks that are written (written whole
 /// after the loss; the flush that was to clear their marks did not come),
-/// and record that in the store (the records loaded are durable, so the
-/// order is safe). Left in the store, such a mark would outlive a later
-/// discard of the block, which only records marks it finds in memory.
+/// and record that in the store. Left in the store, such a mark would
+/// outlive a later discard of the block, which only records marks it
+/// finds in memory. The mapping that says "written" is durable, but the
+/// data it names may sit unsynced in the OS cache after a kill: `sync`
+/// (the devices in use) runs before the new record is put, so a power cut
+/// after the open's store flush cannot bring back the block's older bytes
+/// in place of its error.
 pub(super) fn drop_written(
     map: &ExtentMap,
     store: &dyn MetaStore,
     lost: &LostBlocks,
     blocks: u32,
+    sync: impl FnOnce() -> VolumeResult<()>,
 ) -> VolumeResult<()> {
     if !lost.any() {
         return Ok(());
@@ -264,6 +269,7 @@ pub(super) fn drop_written(
         changed |= lost.remove(s, e);
     }
     if changed {
+        sync()?;
         store.put(LOST_KEY, &lost.encode())?;
     }
     Ok(())

@@ -355,7 +355,13 @@ impl Volume {
                 "opened without the SSD: extents with an HDD copy now read from it; blocks whose newest data was only on the SSD read as I/O errors (tierctl placement --ssd-only lists them)"
             );
         }
-        super::lost::drop_written(&map, store.as_ref(), &lost, blocks)?;
+        super::lost::drop_written(&map, store.as_ref(), &lost, blocks, || {
+            for &tier in tiers {
+                let dev = devices.get(tier);
+                dev.sync().map_err(io_err(dev.as_ref()))?;
+            }
+            Ok(())
+        })?;
         // What is exposed now was written before: its time is not known.
         map.loaded();
         // From here until a clean close, a crash is an unclean shutdown.
