@@ -176,8 +176,31 @@ fn a_daemon_restarted_without_its_ssd_serves_the_copies_and_errors_the_rest() {
     };
     assert_answers(&d, &pattern3, &lost2, "with the new SSD");
 
-    // Restarted on the new SSD, without the flag: the same answers.
+    // Restarted with the stale flag (the configured SSD path is still the
+    // dead one): refused, naming the replacement, which still holds data.
     d.terminate();
+    let out = run(Command::new(tierd_bin())
+        .args(["serve", "--ssd-lost", "--data-dir"])
+        .arg(d.data_dir())
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "",
+            "--control",
+            "",
+        ]));
+    assert!(
+        !out.status.success(),
+        "--ssd-lost after replace ssd was accepted"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the SSD was replaced by") && err.contains("new-ssd.img"),
+        "{err}"
+    );
+
+    // Restarted on the new SSD, without the flag: the same answers.
     std::fs::rename(&new, d.data_dir().join("ssd.img")).expect("rename");
     d.options_mut().extra_args.retain(|a| a != "--ssd-lost");
     d.restart();

@@ -316,25 +316,45 @@ pub fn prepare(loaded: &Loaded) -> Result<(Arc<Volume>, bool)> {
 
 /// `--ssd-lost` discards what only the SSD holds: refused while the SSD's
 /// path still reads as the SSD this volume uses (a device that fails, or
-/// is gone, or is another device, is taken as lost).
+/// is gone, or is another device, is taken as lost), and while the device
+/// a `replace ssd` put in (its path as recorded then) reads as it: a
+/// configuration that still says `--ssd-lost` after the replacement would
+/// otherwise give up what the new SSD holds.
 fn refuse_live_ssd(cfg: &Config, store: &dyn MetaStore) -> Result<()> {
-    use std::io::Read;
-    let path = cfg.ssd_path();
-    let mut head = vec![0u8; crate::volume::PROBE_SIZE];
-    let read = std::fs::File::open(&path).and_then(|mut f| f.read_exact(&mut head));
-    if read.is_err() {
-        return Ok(());
-    }
-    let Ok(sb) = Superblock::decode(&head) else {
-        return Ok(());
-    };
-    if is_ssd_in_use(store, &sb)? {
+    let configured = cfg.ssd_path();
+    if reads_as_ssd_in_use(&configured, store)? {
         return Err(ServiceError::Refused(format!(
             "--ssd-lost would give up what only the SSD holds, but {} still reads as this volume's SSD: serve without --ssd-lost and run `tierctl evacuate ssd` to move its data to the HDD (reads the SSD fails are served from HDD copies), then `tierctl replace ssd NEW`; if the device is failing for good, detach it (or point --ssd at a path that does not exist) and start with --ssd-lost again",
-            path.display()
+            configured.display()
         )));
     }
+    if let Some(replaced) = crate::volume::replaced_ssd_path(store)? {
+        let replaced = std::path::PathBuf::from(replaced);
+        if replaced != configured && reads_as_ssd_in_use(&replaced, store)? {
+            return Err(ServiceError::Refused(format!(
+                "--ssd-lost would give up what only the SSD holds, but the SSD was replaced by {}, which reads as this volume's SSD: serve with --ssd {} and without --ssd-lost (ssd = \"{}\" in the configuration file)",
+                replaced.display(),
+                replaced.display(),
+                replaced.display()
+            )));
+        }
+    }
     Ok(())
+}
+
+/// Whether `path` opens and starts with the superblock of the SSD this
+/// volume uses now.
+fn reads_as_ssd_in_use(path: &std::path::Path, store: &dyn MetaStore) -> Result<bool> {
+    use std::io::Read;
+    let mut head = vec![0u8; crate::volume::PROBE_SIZE];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
+    if read.is_err() {
+        return Ok(false);
+    }
+    let Ok(sb) = Superblock::decode(&head) else {
+        return Ok(false);
+    };
+    Ok(is_ssd_in_use(store, &sb)?)
 }
 
 /// The `tierd format` command that formats the devices `cfg` names, with

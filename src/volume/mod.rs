@@ -41,7 +41,7 @@ pub use moves::{Goal, MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
 pub use open::{FormatOptions, VolumeOptions, STORE_FORMAT_VERSION};
 pub use pins::{pin_in, pinned_ranges, Pin};
 pub use placement::Placement;
-pub use replace::is_ssd_in_use;
+pub use replace::{is_ssd_in_use, replaced_ssd_path};
 pub use space::FlushState;
 pub use stats::Stats;
 

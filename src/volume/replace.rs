@@ -64,6 +64,15 @@ pub(super) fn check_replaced(
     })
 }
 
+/// The path the SSD in use was given as when it replaced the old one
+/// (`None` if the volume's SSD was never replaced).
+pub fn replaced_ssd_path(store: &dyn MetaStore) -> VolumeResult<Option<String>> {
+    Ok(store
+        .get(SSD_PATH_KEY)?
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(&p).into_owned()))
+}
+
 /// Whether `ssd` (a superblock read off a device) is the SSD `store`'s
 /// volume uses now: one of its SSD superblocks, not replaced since.
 pub fn is_ssd_in_use(store: &dyn MetaStore, ssd: &Superblock) -> VolumeResult<bool> {
