@@ -51,7 +51,7 @@ fn layout(vol: &Volume) -> Vec<u8> {
 /// Drain `from` with rounds of `m` until it is as empty as it gets (the
 /// SSD: empty; the HDD: its extents all fit the SSD here).
 fn drain(vol: &Arc<Volume>, m: &Migrator, from: Tier, what: &str) {
-    vol.set_evacuating(Some(from));
+    vol.set_evacuating(Some(from)).expect("set draining");
     for _ in 0..200 {
         let u = vol.usage();
         if u.mapped[from.index()] == 0 && (from == Tier::Hdd || u.log.segments == 0) {
@@ -80,7 +80,7 @@ fn crash_mid_drain(from: Tier, step: Option<MoveStep>, power_cut: bool) {
         model
     };
     let m = bed.migrator(&vol);
-    vol.set_evacuating(Some(from));
+    vol.set_evacuating(Some(from)).expect("set draining");
     if let Some(s) = step {
         tierd::migrate::arm_crash_after(s);
     }
@@ -204,7 +204,7 @@ fn a_device_error_mid_drain_leaves_data_in_place_and_draining_finishes() {
             Tier::Ssd => &f.ssd,
             Tier::Hdd => &f.hdd,
         };
-        vol.set_evacuating(Some(Tier::Ssd));
+        vol.set_evacuating(Some(Tier::Ssd)).expect("set draining");
         dev.add(FaultRule::new(&[op]));
         f.clock.advance(Duration::from_secs(1));
         m.run_round();

@@ -350,7 +350,7 @@ mod engine {
             .replace_ssd(new_faulty.clone(), "/new", false)
             .expect_err("not drained");
         assert!(err.to_string().contains("not being drained"), "{err}");
-        vol.set_evacuating(Some(Tier::Ssd));
+        vol.set_evacuating(Some(Tier::Ssd)).expect("set draining");
         // Drained but not yet emptied: refused, nothing changes.
         let err = vol
             .replace_ssd(new_faulty.clone(), "/new", false)
@@ -376,7 +376,7 @@ mod engine {
         vol.replace_ssd(new_faulty.clone(), "/new", false)
             .expect("replace");
         // Draining ends: new data lands on the new SSD.
-        vol.set_evacuating(None);
+        vol.set_evacuating(None).expect("set draining");
         let c = pattern(3, 4 * EXTENT as usize);
         vol.write(40 * EXTENT, &c, false).expect("write");
         vol.flush().expect("flush");
@@ -415,7 +415,7 @@ mod engine {
         let vol = open(&ssd, &hdd, &store).expect("open");
         let a = pattern(5, 8 * EXTENT as usize);
         vol.write(0, &a, false).expect("write");
-        vol.set_evacuating(Some(Tier::Ssd));
+        vol.set_evacuating(Some(Tier::Ssd)).expect("set draining");
         let m = drain_ssd(&vol);
         assert_eq!(vol.occupying(Tier::Ssd), 0, "drained within 100 rounds");
         let new_faulty = Arc::new(FaultDevice::new(new_mem.clone(), 9));
@@ -506,7 +506,7 @@ mod engine {
         );
         let a = pattern(6, 8 * EXTENT as usize);
         vol.write(0, &a, false).expect("write");
-        vol.set_evacuating(Some(Tier::Ssd));
+        vol.set_evacuating(Some(Tier::Ssd)).expect("set draining");
         let m = drain_ssd(&vol);
         assert_eq!(vol.occupying(Tier::Ssd), 0, "drained within 100 rounds");
         vol.flush().expect("flush");
@@ -535,7 +535,7 @@ mod engine {
         assert_eq!(read(&vol, 20 * EXTENT, b.len()), b);
         // A retry works (the new device carries the failed attempt's
         // superblock of this volume, which is no content to refuse).
-        vol.set_evacuating(Some(Tier::Ssd));
+        vol.set_evacuating(Some(Tier::Ssd)).expect("set draining");
         let m = drain_ssd(&vol);
         vol.replace_ssd(new.clone(), "/new", false)
             .expect("the retry replaces it");

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use support::*;
 use tierd::device::{BlockDevice, LostDevice, MemDevice};
 use tierd::store::{MemStore, MetaStore, StoreError, StoreResult};
-use tierd::volume::{Devices, Tier, Volume, VolumeOptions};
+use tierd::volume::{Devices, Tier, Volume, VolumeError, VolumeOptions};
 
 const BLK: u64 = 4096;
 const BPE: u64 = EXTENT / BLK;
@@ -190,7 +190,7 @@ fn the_lost_ssd_keeps_every_copy_errors_the_rest_and_is_replaced() {
     vol.replace_ssd(new_ssd.clone(), "new-ssd", false)
         .expect("replace the lost SSD");
     assert!(!vol.ssd_lost());
-    vol.set_evacuating(None);
+    vol.set_evacuating(None).expect("set draining");
     put(&vol, &mut model, 13 * EXTENT, &pattern(72, EXTENT as usize));
     assert_eq!(tier_of(&vol, 13), Some(Tier::Ssd));
     vol.flush().expect("flush");
@@ -386,6 +386,58 @@ fn an_open_that_forgets_a_mark_syncs_the_rewrite_first() {
     bed.power_cut();
     let vol = open_lost(&bed, bed.store.clone()).expect("reopen after a power cut");
     assert_lost_reads(&vol, &model, &lost, "a power cut after the open");
+}
+
+/// Without its SSD the volume keeps the SSD drained and closed: draining
+/// cannot be cancelled or moved to the HDD, and once the HDD is full a
+/// write of new data answers "no space", never an I/O error of the dead
+/// device.
+#[test]
+fn the_lost_ssd_stays_closed_and_a_full_hdd_says_no_space() {
+    let bed = Bed::new(8, 32, 2);
+    let vol = bed.open();
+    let (mut model, mut lost) = layout(&bed, &vol);
+    drop(vol);
+    bed.power_cut();
+    let vol = open_lost(&bed, bed.store.clone()).expect("open without the SSD");
+    for tier in [None, Some(Tier::Hdd)] {
+        let e = vol
+            .set_evacuating(tier)
+            .expect_err("draining changed while the SSD is lost");
+        assert!(matches!(e, VolumeError::SsdGone), "{e}");
+        assert_eq!(vol.evacuating(), Some(Tier::Ssd));
+    }
+    vol.set_evacuating(Some(Tier::Ssd))
+        .expect("the SSD stays drained");
+    let mut full = 0;
+    for e in 0..vol.size() / EXTENT {
+        if tier_of(&vol, e).is_some() {
+            continue;
+        }
+        let at = e * EXTENT;
+        match vol.write(at, &pattern(100 + e, BLK as usize), false) {
+            Ok(()) => {
+                model[at as usize..(at + BLK) as usize]
+                    .copy_from_slice(&pattern(100 + e, BLK as usize));
+                // A whole-block write makes a lost block usable again.
+                lost.remove(&(at / BLK));
+                assert_eq!(tier_of(&vol, e), Some(Tier::Hdd), "extent {e}");
+            }
+            Err(err) => {
+                assert!(
+                    matches!(err, VolumeError::NoSpace),
+                    "extent {e}: a write of new data failed with {err}, not \"no space\""
+                );
+                full += 1;
+            }
+        }
+    }
+    assert!(
+        full > 0,
+        "the HDD never filled: the test did not reach a full HDD"
+    );
+    vol.flush().expect("flush");
+    assert_lost_reads(&vol, &model, &lost, "a full HDD");
 }
 
 #[test]

@@ -160,6 +160,19 @@ fn a_daemon_restarted_without_its_ssd_serves_the_copies_and_errors_the_rest() {
         "nothing on the SSD"
     );
 
+    // The drain of the lost SSD cannot be ended or moved by hand.
+    for args in [&["evacuate", "--cancel"][..], &["evacuate", "hdd"][..]] {
+        let out = run(Command::new(tierctl_bin())
+            .arg("--control")
+            .arg(&sock)
+            .args(args));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("the SSD is lost"),
+            "tierctl {args:?} while the SSD is lost: {err}"
+        );
+    }
+
     // A new SSD.
     let new = d.dir().join("new-ssd.img");
     sparse_file(&new, 64 * MIB);

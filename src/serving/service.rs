@@ -136,8 +136,8 @@ pub async fn run_with(
         hooks.set_log_level,
     ));
     let in_force = settings.config();
-    if let Some(t) = settings.evacuating() {
-        volume.set_evacuating(Some(t));
+    if let Some(t) = settings.evacuating().filter(|_| !volume.ssd_lost()) {
+        volume.set_evacuating(Some(t))?;
         warn!(tier = %t, "the {t} is being drained (tierctl evacuate): new data goes to the other tier; `tierctl evacuate --cancel` ends it");
     }
     heat.set_sequential_cutoff(in_force.heat.sequential_cutoff.0);

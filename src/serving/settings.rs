@@ -138,9 +138,12 @@ impl Settings {
                 None => "no tier is being drained".into(),
             });
         }
-        Self::persist(live, &st.live, tier)?;
         let vol = &live.volume;
-        vol.set_evacuating(tier);
+        if vol.ssd_lost() && tier != Some(Tier::Ssd) {
+            return Err(crate::volume::VolumeError::SsdGone.to_string());
+        }
+        Self::persist(live, &st.live, tier)?;
+        vol.set_evacuating(tier).map_err(|e| e.to_string())?;
         // Counted as the plan counts: the tier's data.
         st.evacuate = tier.map(|t| (t, super::evacuation::plan(live, t).data_extents));
         live.wake();

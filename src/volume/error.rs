@@ -133,6 +133,9 @@ pub enum VolumeError {
         /// The lost SSD.
         device: String,
     },
+    /// A change of draining while the SSD is lost.
+    #[error("the SSD is lost (the volume was opened with --ssd-lost): it stays drained until `tierctl replace ssd NEW` brings a new one in")]
+    SsdGone,
     /// No slot left anywhere (cannot happen while the geometry holds).
     #[error("no free extent slot on either device")]
     NoSpace,

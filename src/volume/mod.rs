@@ -384,10 +384,15 @@ impl Volume {
     /// Drain `tier` (or stop draining): new extents go to the other tier
     /// while it has room, and with the SSD drained writes to HDD extents no
     /// longer land in the write log. Moving what is there is the
-    /// migrator's job.
-    pub fn set_evacuating(&self, tier: Option<Tier>) {
+    /// migrator's job. Refused while the SSD is lost (the volume opened
+    /// without it): it stays drained, its slots closed, until
+    /// [`Volume::replace_ssd`] brings a new one in.
+    pub fn set_evacuating(&self, tier: Option<Tier>) -> VolumeResult<()> {
         // Never in the middle of a replacement of the SSD.
         let _serial = self.evac_lock.lock();
+        if self.ssd_lost() && tier != Some(Tier::Ssd) {
+            return Err(VolumeError::SsdGone);
+        }
         if tier != Some(Tier::Ssd) {
             // A replaced SSD's slots open again when its draining ends.
             self.alloc.reopen(Tier::Ssd);
@@ -399,6 +404,7 @@ impl Volume {
         };
         self.evacuating
             .store(v, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// The tier being drained, if any.

@@ -393,6 +393,17 @@ impl Volume {
             })
             .collect();
         let alloc = Allocator::new([geo.ssd_slots, geo.hdd_slots], used.into_iter());
+        if opts.ssd_lost {
+            // The salvage mapped nothing on the SSD: its slots close, so
+            // no data lands on it and a full HDD answers "no space".
+            alloc
+                .close_if_empty(Tier::Ssd, geo.ssd_slots)
+                .map_err(|used| {
+                    VolumeError::Corrupt(format!(
+                        "{used} SSD slots still in use after the salvage of the lost SSD"
+                    ))
+                })?;
+        }
         let pins: Vec<Pin> = match store.get(PINS_KEY)? {
             Some(raw) => serde_json::from_slice(&raw)
                 .map_err(|e| VolumeError::Corrupt(format!("pins: {e}")))?,
