@@ -440,6 +440,43 @@ fn the_lost_ssd_stays_closed_and_a_full_hdd_says_no_space() {
     assert_lost_reads(&vol, &model, &lost, "a full HDD");
 }
 
+/// Zeros written over part of a lost block are refused as a partial write
+/// is (the rest of the block is not known); zeros over whole lost blocks
+/// make them usable, as a discard does. Both in an extent the salvage
+/// unmapped and in ones it kept (on a copy, and logged blocks of an HDD
+/// extent).
+#[test]
+fn zeros_over_part_of_a_lost_block_are_refused_and_whole_blocks_come_back() {
+    let bed = Bed::new(8, 32, 2);
+    let vol = bed.open();
+    let (mut model, mut lost) = layout(&bed, &vol);
+    drop(vol);
+    bed.power_cut();
+    let vol = open_lost(&bed, bed.store.clone()).expect("open without the SSD");
+    for b in [9 * BPE + 7, 5 * BPE + 4, 2 * BPE + 3] {
+        assert!(lost.contains(&b), "block {b} is lost");
+        for (at, len) in [
+            (b * BLK + 512, 1024),
+            (b * BLK, 2048),
+            (b * BLK + 2048, 2048),
+        ] {
+            let e = vol
+                .discard(at, len, true, false, false)
+                .expect_err("zeros over part of a lost block");
+            assert!(matches!(e, VolumeError::Lost { .. }), "{e}");
+        }
+        // A plain discard of part of it is a no-op, not an error.
+        vol.discard(b * BLK + 512, 1024, false, false, false)
+            .expect("a discard of part of a lost block");
+        assert_lost_reads(&vol, &model, &lost, "after refused zeros");
+        vol.discard(b * BLK, BLK, true, false, false)
+            .expect("zeros over the whole lost block");
+        model[(b * BLK) as usize..((b + 1) * BLK) as usize].fill(0);
+        lost.remove(&b);
+        assert_lost_reads(&vol, &model, &lost, "after zeros over the whole block");
+    }
+}
+
 #[test]
 fn the_ssd_in_use_is_known_by_its_superblock() {
     // `tierd serve --ssd-lost` is refused while the SSD's path reads as

@@ -317,6 +317,20 @@ impl Volume {
     fn discard_piece(&self, p: Piece, zero: bool, keep_allocated: bool) -> VolumeResult<()> {
         let mut guard = self.slot_lock(p.extent).write();
         let Some(mut m) = guard.take() else {
+            // Zeros in part of a lost block would leave the rest unknown:
+            // refused, as a partial write is.
+            if zero {
+                let end = p.start + p.len;
+                for (lo, hi) in [
+                    (p.start, end.min(p.start.next_multiple_of(BLOCK_SIZE))),
+                    ((end / BLOCK_SIZE * BLOCK_SIZE).max(p.start), end),
+                ] {
+                    if lo < hi && hi - lo < BLOCK_SIZE {
+                        let b = (lo / BLOCK_SIZE) as u32;
+                        self.check_lost(p.extent, b, b)?;
+                    }
+                }
+            }
             return Ok(());
         };
         self.bump(p.extent);
@@ -356,7 +370,10 @@ impl Volume {
                         }
                         self.device_write(m.loc, lo, &zeros)
                     }
-                    (None, false) => Ok(()),
+                    // Unwritten: zeros already, unless the block is lost
+                    // (then zeros in part of it are refused, as a partial
+                    // write is).
+                    (None, false) => self.check_lost(p.extent, block, block),
                 };
                 if let Err(e) = r {
                     *guard = Some(before);
