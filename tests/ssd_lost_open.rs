@@ -101,6 +101,19 @@ fn open_lost(bed: &Bed, store: Arc<dyn MetaStore>) -> tierd::volume::VolumeResul
     Volume::open_with(devices, store, opts)
 }
 
+/// A bed with [`layout`]'s data, flushed, then a power cut with the SSD
+/// gone and the volume opened without it: the bed, the volume, the model
+/// and the lost blocks.
+fn lost_after_layout() -> (Bed, Volume, Vec<u8>, BTreeSet<u64>) {
+    let bed = Bed::new(8, 32, 2);
+    let vol = bed.open();
+    let (model, lost) = layout(&bed, &vol);
+    drop(vol);
+    bed.power_cut();
+    let vol = open_lost(&bed, bed.store.clone()).expect("open without the SSD");
+    (bed, vol, model, lost)
+}
+
 /// Every block reads its model's bytes, or an I/O error exactly where it
 /// is lost; the volume lists exactly those blocks as lost.
 fn assert_lost_reads(vol: &Volume, model: &[u8], lost: &BTreeSet<u64>, what: &str) {
@@ -323,12 +336,7 @@ fn a_volume_with_nothing_only_on_the_ssd_loses_nothing() {
 
 #[test]
 fn a_rewrite_of_a_lost_block_reads_back_once_flushed_and_never_as_zeros() {
-    let bed = Bed::new(8, 32, 2);
-    let vol = bed.open();
-    let (mut model, mut lost) = layout(&bed, &vol);
-    drop(vol);
-    bed.power_cut();
-    let vol = open_lost(&bed, bed.store.clone()).expect("open without the SSD");
+    let (bed, vol, mut model, mut lost) = lost_after_layout();
     // Not flushed, then a power cut: the rewrite may be lost, and then
     // the block is lost again, never zeros.
     let b = 9 * BPE;
@@ -366,12 +374,7 @@ fn a_rewrite_of_a_lost_block_reads_back_once_flushed_and_never_as_zeros() {
 /// error.
 #[test]
 fn an_open_that_forgets_a_mark_syncs_the_rewrite_first() {
-    let bed = Bed::new(8, 32, 2);
-    let vol = bed.open();
-    let (mut model, mut lost) = layout(&bed, &vol);
-    drop(vol);
-    bed.power_cut();
-    let vol = open_lost(&bed, bed.store.clone()).expect("open without the SSD");
+    let (bed, vol, mut model, mut lost) = lost_after_layout();
     let b = 9 * BPE + 1;
     assert!(lost.contains(&b), "block {b} is one the loss marked");
     put(&vol, &mut model, b * BLK, &pattern(90, BLK as usize));
@@ -394,12 +397,7 @@ fn an_open_that_forgets_a_mark_syncs_the_rewrite_first() {
 /// device.
 #[test]
 fn the_lost_ssd_stays_closed_and_a_full_hdd_says_no_space() {
-    let bed = Bed::new(8, 32, 2);
-    let vol = bed.open();
-    let (mut model, mut lost) = layout(&bed, &vol);
-    drop(vol);
-    bed.power_cut();
-    let vol = open_lost(&bed, bed.store.clone()).expect("open without the SSD");
+    let (_bed, vol, mut model, mut lost) = lost_after_layout();
     for tier in [None, Some(Tier::Hdd)] {
         let e = vol
             .set_evacuating(tier)
@@ -447,12 +445,7 @@ fn the_lost_ssd_stays_closed_and_a_full_hdd_says_no_space() {
 /// extent).
 #[test]
 fn zeros_over_part_of_a_lost_block_are_refused_and_whole_blocks_come_back() {
-    let bed = Bed::new(8, 32, 2);
-    let vol = bed.open();
-    let (mut model, mut lost) = layout(&bed, &vol);
-    drop(vol);
-    bed.power_cut();
-    let vol = open_lost(&bed, bed.store.clone()).expect("open without the SSD");
+    let (_bed, vol, mut model, mut lost) = lost_after_layout();
     for b in [9 * BPE + 7, 5 * BPE + 4, 2 * BPE + 3] {
         assert!(lost.contains(&b), "block {b} is lost");
         for (at, len) in [

@@ -192,22 +192,7 @@ fn a_daemon_restarted_without_its_ssd_serves_the_copies_and_errors_the_rest() {
     // Restarted with the stale flag (the configured SSD path is still the
     // dead one): refused, naming the replacement, which still holds data.
     d.terminate();
-    let out = run(Command::new(tierd_bin())
-        .args(["serve", "--ssd-lost", "--data-dir"])
-        .arg(d.data_dir())
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "",
-            "--control",
-            "",
-        ]));
-    assert!(
-        !out.status.success(),
-        "--ssd-lost after replace ssd was accepted"
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_ssd_lost(d.data_dir(), "after replace ssd");
     assert!(
         err.contains("the SSD was replaced by") && err.contains("new-ssd.img"),
         "{err}"
@@ -222,22 +207,7 @@ fn a_daemon_restarted_without_its_ssd_serves_the_copies_and_errors_the_rest() {
 
     // With the flag while the SSD is fine: refused, nothing touched.
     d.terminate();
-    let out = run(Command::new(tierd_bin())
-        .args(["serve", "--ssd-lost", "--data-dir"])
-        .arg(d.data_dir())
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "",
-            "--control",
-            "",
-        ]));
-    assert!(
-        !out.status.success(),
-        "--ssd-lost with a good SSD was accepted"
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_ssd_lost(d.data_dir(), "with a good SSD");
     assert!(
         err.contains("still reads as this volume's SSD") && err.contains("tierctl evacuate ssd"),
         "{err}"
@@ -246,12 +216,12 @@ fn a_daemon_restarted_without_its_ssd_serves_the_copies_and_errors_the_rest() {
     assert_answers(&d, &pattern3, &lost2, "after the refusal");
 }
 
-#[test]
-fn ssd_lost_with_no_volume_is_refused() {
-    let dir = tempdir();
+/// `tierd serve --ssd-lost` on `data_dir` must fail (`when` says in which
+/// case); returns its stderr.
+fn refused_ssd_lost(data_dir: &Path, when: &str) -> String {
     let out = run(Command::new(tierd_bin())
         .args(["serve", "--ssd-lost", "--data-dir"])
-        .arg(dir.path())
+        .arg(data_dir)
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -260,8 +230,14 @@ fn ssd_lost_with_no_volume_is_refused() {
             "--control",
             "",
         ]));
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "--ssd-lost {when} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn ssd_lost_with_no_volume_is_refused() {
+    let dir = tempdir();
+    let err = refused_ssd_lost(dir.path(), "with no volume");
     assert!(
         err.contains("no metadata store") && err.contains("--ssd-lost"),
         "{err}"
