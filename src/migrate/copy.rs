@@ -31,6 +31,43 @@ pub fn arm_crash_after(step: MoveStep) {
     ARMED.with(|a| a.set(Some(step)));
 }
 
+#[cfg(feature = "failpoints")]
+thread_local! {
+    #[allow(clippy::type_complexity)]
+    static HOOK: std::cell::RefCell<Option<(MoveStep, Box<dyn FnOnce()>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Failpoint (tests only, `failpoints` feature): the next pass of the copy
+/// protocol on this thread that reaches `step` runs `f` there, then goes
+/// on: what another thread might do between two steps, made
+/// deterministic.
+#[cfg(feature = "failpoints")]
+pub fn run_after(step: MoveStep, f: Box<dyn FnOnce()>) {
+    HOOK.with(|h| *h.borrow_mut() = Some((step, f)));
+}
+
+/// Run the hook armed for `step`, if any (taken first: a pass the hook
+/// itself starts does not run it again). Without the feature: nothing.
+fn hook(step: MoveStep) {
+    #[cfg(feature = "failpoints")]
+    {
+        let f = HOOK.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.as_ref().is_some_and(|(s, _)| *s == step) {
+                h.take().map(|(_, f)| f)
+            } else {
+                None
+            }
+        });
+        if let Some(f) = f {
+            f();
+        }
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = step;
+}
+
 /// Disarm and return the step this thread's next migration stops after.
 fn take_armed() -> Option<MoveStep> {
     #[cfg(feature = "failpoints")]
@@ -172,22 +209,26 @@ fn run(
     if reserved.is_empty() {
         return Ok(out);
     }
+    hook(MoveStep::Allocated);
     if stop_at(armed, MoveStep::Allocated, &mut out, || reserved.extents()) {
         return Ok(out);
     }
     // 2. Copy, without the extents' locks.
     let copied = vol.copy_moves(reserved, pace)?;
+    hook(MoveStep::Copied);
     if stop_at(armed, MoveStep::Copied, &mut out, || copied.extents()) {
         return Ok(out);
     }
     // 3. Make the copies durable.
     let synced = vol.sync_moves(copied)?;
+    hook(MoveStep::Synced);
     if stop_at(armed, MoveStep::Synced, &mut out, || synced.extents()) {
         return Ok(out);
     }
     // 4. Commit each mapping unless a foreground write changed it.
     let (committed, raced) = vol.commit_moves(synced);
     out.extend(raced);
+    hook(MoveStep::Committed);
     if stop_at(armed, MoveStep::Committed, &mut out, || committed.extents()) {
         return Ok(out);
     }

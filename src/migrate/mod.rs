@@ -19,7 +19,7 @@ pub use admit::{admit_pending, Admitted};
 pub use bucket::TokenBucket;
 pub use candidates::{all_candidates, candidates};
 #[cfg(feature = "failpoints")]
-pub use copy::arm_crash_after;
+pub use copy::{arm_crash_after, run_after};
 pub use copy::{clean_batch, migrate_batch, migrate_extent, preclean_batch, write_back_batch};
 pub use knobs::{DurabilityConfig, MigrateConfig, MIN_SSD_EXPOSURE};
 pub use policy::{plan, Candidate, Move, PlanInput, PolicyConfig};

@@ -687,8 +687,16 @@ impl Volume {
             let fits = match (&current, &touched) {
                 (Some(m), _) if *m == it.before && self.map.gen(it.extent) == Some(it.gen) => true,
                 // Written meanwhile but still where the copy came from:
-                // bring the written blocks over now, under the lock.
-                (Some(m), Some(t)) if m.loc == it.before.loc && m.shadow.is_none() => {
+                // bring the written blocks over now, under the lock. Only
+                // if every block no write touched still reads from where
+                // the copy read it: a write-back on another thread moves
+                // logged blocks to the HDD slot without a write, and gives
+                // their log places back for other extents' writes.
+                (Some(m), Some(t))
+                    if m.loc == it.before.loc
+                        && m.shadow.is_none()
+                        && untouched_unmoved(&it.before, m, t, self.geo.blocks_per_extent()) =>
+                {
                     match self.recopy(&mut it, m, t) {
                         Ok(n) => {
                             copied += n;
@@ -854,4 +862,18 @@ impl Volume {
             self.end_item(it);
         }
     }
+}
+
+/// Whether every block of `before` that `touched` does not name reads from
+/// the same place in `now` (the same log entry, or none, and the same
+/// written state): what a promotion copied of them is still theirs.
+fn untouched_unmoved(before: &Mapping, now: &Mapping, touched: &Written, blocks: u32) -> bool {
+    let moved = |a: &Mapping, b: &Mapping| {
+        a.logged
+            .iter()
+            .any(|l| !touched.get(l.block) && b.logged_entry(l.block) != Some(l))
+    };
+    !moved(before, now)
+        && !moved(now, before)
+        && (0..blocks).all(|b| touched.get(b) || before.written.get(b) == now.written.get(b))
 }
