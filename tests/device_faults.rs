@@ -527,3 +527,67 @@ fn health_turns_degraded_on_device_errors_and_failed_flushes_and_says_why() {
     let st = live.status().health;
     assert_eq!((st.state, st.problems), (h.state, h.problems));
 }
+
+/// A write into HDD data finds the write log without a place while the
+/// SSD is lent to promotions with clean copies: it evicts some and
+/// flushes, and that flush fails. The write fails, and the extent it was
+/// writing stays mapped as it was (it vanished from the map and read as
+/// zeros, its log places leaked).
+#[test]
+fn a_failed_flush_while_making_room_in_the_log_keeps_the_extent() {
+    let rig = Rig::new();
+    let vol = rig.open();
+    let hdd_data = fill(40, EXTENT as usize);
+    vol.write(40 * EXTENT, &hdd_data, true).expect("write");
+    let out = tierd::migrate::migrate_extent(&vol, 40, Tier::Hdd, Reason::Manual, &mut |_| {})
+        .expect("demote");
+    assert!(matches!(out, MoveOutcome::Moved(_)), "{out:?}");
+    // Promoted extents with clean HDD copies fill the SSD.
+    let mut promoted = 0;
+    for e in 0..SSD_SLOTS + 4 {
+        vol.write(e * EXTENT, &fill(e as u8, EXTENT as usize), true)
+            .expect("write");
+        if vol.mapping(e).expect("mapped").loc.tier == Tier::Ssd {
+            let out =
+                tierd::migrate::migrate_extent(&vol, e, Tier::Hdd, Reason::Manual, &mut |_| {})
+                    .expect("demote");
+            assert!(matches!(out, MoveOutcome::Moved(_)), "{out:?}");
+        }
+    }
+    for e in 0..SSD_SLOTS + 4 {
+        let out = tierd::migrate::migrate_extent(&vol, e, Tier::Ssd, Reason::Manual, &mut |_| {})
+            .expect("promote");
+        if matches!(out, MoveOutcome::Moved(_)) {
+            promoted += 1;
+        }
+    }
+    vol.flush().expect("flush");
+    assert_eq!(vol.free_slots(Tier::Ssd), 0, "{promoted} promoted");
+    assert!(vol.usage().shadows > 0);
+    // Unflushed data on the SSD, whose sync then fails.
+    let ssd_extent = (0..SSD_SLOTS + 4)
+        .find(|&e| vol.mapping(e).is_some_and(|m| m.loc.tier == Tier::Ssd))
+        .expect("an extent on the SSD");
+    let mut ssd_data = fill(ssd_extent as u8, EXTENT as usize);
+    ssd_data[..4096].copy_from_slice(&fill(97, 4096));
+    vol.write(ssd_extent * EXTENT, &ssd_data[..4096], false)
+        .expect("write on the SSD");
+    let free = vol.free_slots(Tier::Hdd);
+    rig.ssd.add(FaultRule::new(&[FaultOp::Sync]));
+    let r = vol.write(40 * EXTENT + 8192, &fill(99, 4096), false);
+    assert!(r.is_err(), "the write whose room could not be made: {r:?}");
+    rig.ssd.clear();
+    assert_eq!(read(&vol, ssd_extent * EXTENT, EXTENT as usize), ssd_data);
+    let m = vol.mapping(40).expect("the extent is still mapped");
+    assert_eq!(m.loc.tier, Tier::Hdd);
+    assert_eq!(read(&vol, 40 * EXTENT, EXTENT as usize), hdd_data);
+    vol.flush().expect("flush once the fault clears");
+    assert!(vol.free_slots(Tier::Hdd) <= free);
+    // And the write goes through now.
+    let new = fill(98, 4096);
+    vol.write(40 * EXTENT + 8192, &new, false)
+        .expect("write again");
+    let mut want = hdd_data.clone();
+    want[8192..12288].copy_from_slice(&new);
+    assert_eq!(read(&vol, 40 * EXTENT, EXTENT as usize), want);
+}

@@ -429,9 +429,25 @@ impl Volume {
                         // The reserve was lent to promotions: take it back
                         // now, from extents whose shadow makes leaving free.
                         evicted = true;
-                        if self.evict_clean(EVICT_BATCH, Some(p.extent))? > 0 {
-                            self.flush()?;
-                            got = self.log_place();
+                        let freed = self.evict_clean(EVICT_BATCH, Some(p.extent)).and_then(|n| {
+                            if n > 0 {
+                                self.flush().map(|()| true)
+                            } else {
+                                Ok(false)
+                            }
+                        });
+                        match freed {
+                            Ok(true) => got = self.log_place(),
+                            Ok(false) => {}
+                            Err(e) => {
+                                // The mapping goes back as it was, and the
+                                // places taken for this write with it.
+                                for at in &taken {
+                                    self.log.release_now(*at, &self.alloc);
+                                }
+                                *guard = Some(m);
+                                return Err(e);
+                            }
                         }
                     }
                     full = got.is_none();
