@@ -56,6 +56,11 @@ const FLAGS: &[Flag] = {
             "Metadata directory (default DATA_DIR/meta)",
         ),
         flag(
+            "meta-cache",
+            Value("SIZE"),
+            "Most memory the metadata store's page cache takes (default 64MiB)",
+        ),
+        flag(
             "ssd-size",
             Value("SIZE"),
             "Size of the SSD image created on first start or by format (default 4GiB; refused if an existing SSD has another size)",

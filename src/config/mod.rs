@@ -46,6 +46,9 @@ pub struct Config {
     pub hdd: Option<PathBuf>,
     /// The sled metadata directory. Default `<data-dir>/meta`.
     pub meta_dir: Option<PathBuf>,
+    /// Most memory the metadata store's page cache takes. Default `64MiB`
+    /// (sled's own default, 1 GiB, grows with the volume's records).
+    pub meta_cache: ByteSize,
     /// Size of the SSD image created on first start. Default `4GiB`.
     pub ssd_size: ByteSize,
     /// Size of the HDD image created on first start. Default `32GiB`.
@@ -151,6 +154,7 @@ impl Default for Config {
             ssd: None,
             hdd: None,
             meta_dir: None,
+            meta_cache: ByteSize(crate::store::DEFAULT_CACHE),
             ssd_size: ByteSize(4 << 30),
             hdd_size: ByteSize(32 << 30),
             listen: "127.0.0.1:10809".to_string(),

@@ -389,3 +389,18 @@ fn defaults_read_as_the_configuration_writes_them() {
     assert_eq!(default_of("unix"), None, "no default, not \"null\"");
     assert_eq!(default_of("no-such-key"), None);
 }
+
+#[test]
+fn the_metadata_cache_is_bounded_and_set_by_flag_or_environment() {
+    let d = Config::load(None, env(&[]), &[]).expect("defaults");
+    assert_eq!(d.meta_cache, ByteSize(64 << 20));
+    let c = Config::load(None, env(&[]), &[("meta-cache", "256MiB".into())]).expect("flag");
+    assert_eq!(c.meta_cache, ByteSize(256 << 20));
+    let c = Config::load(None, env(&[("TIERD_META_CACHE", "8MiB")]), &[]).expect("env");
+    assert_eq!(c.meta_cache, ByteSize(8 << 20));
+    let e = Config::load(None, env(&[]), &[("meta-cache", "512KiB".into())]).unwrap_err();
+    assert!(
+        e.to_string().contains("meta-cache") && e.to_string().contains("at least 1MiB"),
+        "{e}"
+    );
+}

@@ -13,6 +13,8 @@ const MAX_NBD_POLL: std::time::Duration = std::time::Duration::from_millis(1);
 /// Most threads one NBD connection may have (`nbd-threads`): as many as
 /// requests it may have in flight.
 const MAX_NBD_THREADS: usize = 64;
+/// The smallest `meta-cache`.
+const MIN_META_CACHE: u64 = 1 << 20;
 
 impl Config {
     /// Check values that parse but make no sense: the top-level keys here,
@@ -25,6 +27,15 @@ impl Config {
                 format!(
                     "{} must be a power of two from 64KiB to 64MiB",
                     self.extent_size
+                ),
+            ));
+        }
+        if self.meta_cache.0 < MIN_META_CACHE {
+            return Err(InvalidKey::new(
+                "meta-cache",
+                format!(
+                    "{} is too small: the metadata store's cache needs at least 1MiB",
+                    self.meta_cache
                 ),
             ));
         }

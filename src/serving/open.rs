@@ -138,7 +138,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// Open (or create) the metadata store of the configuration.
 pub fn open_store(cfg: &Config) -> Result<Arc<SledStore>> {
     let path = cfg.meta_path();
-    SledStore::open(&path)
+    SledStore::open_with_cache(&path, cfg.meta_cache.0)
         .map(Arc::new)
         .map_err(|source| match source {
             // sled wraps the lock's EWOULDBLOCK in an error of its own kind.

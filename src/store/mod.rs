@@ -10,7 +10,7 @@ mod mem;
 mod sled_store;
 
 pub use mem::MemStore;
-pub use sled_store::SledStore;
+pub use sled_store::{SledStore, DEFAULT_CACHE};
 
 /// Key under which the metadata format version is stored.
 pub const FORMAT_VERSION_KEY: &str = "format-version";

@@ -25,9 +25,23 @@ pub struct SledStore {
     log: std::fs::File,
 }
 
+/// The most memory sled's page cache takes by default (`meta-cache`):
+/// sled's own default is 1 GiB, which a large volume's records fill. The
+/// mapping lives in tierd's own map, so the store is read at open and
+/// written at mapping changes; a small cache costs those writes an
+/// occasional page read.
+pub const DEFAULT_CACHE: u64 = 64 << 20;
+
 impl SledStore {
-    /// Open (creating if needed) the store in `dir`.
+    /// Open (creating if needed) the store in `dir`, with the default
+    /// cache ([`DEFAULT_CACHE`]).
     pub fn open(dir: &Path) -> StoreResult<Self> {
+        Self::open_with_cache(dir, DEFAULT_CACHE)
+    }
+
+    /// Open (creating if needed) the store in `dir`; sled's page cache
+    /// takes at most `cache` bytes.
+    pub fn open_with_cache(dir: &Path, cache: u64) -> StoreResult<Self> {
         std::fs::create_dir_all(dir)?;
         // A store just dropped in this process may hold its file lock for a
         // moment (sled lets go of it from a background thread): a reopen
@@ -35,7 +49,12 @@ impl SledStore {
         // process holding the lock is refused after that.
         let mut tries = 0;
         let db = loop {
-            match sled::Config::new().path(dir).flush_every_ms(None).open() {
+            match sled::Config::new()
+                .path(dir)
+                .cache_capacity(cache)
+                .flush_every_ms(None)
+                .open()
+            {
                 Err(sled::Error::Io(e))
                     if e.kind() == std::io::ErrorKind::WouldBlock
                         || e.to_string().contains("could not acquire lock") =>
