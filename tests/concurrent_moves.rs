@@ -100,7 +100,7 @@ fn reads_never_see_another_blocks_bytes_while_two_threads_move_extents() {
                     let other = (x >> 20) % BLOCKS;
                     decode(other, &read_block(&vol, other))
                         .map_err(|e| format!("block {other}: {e}"))?;
-                    if seq % 64 == 0 {
+                    if seq.is_multiple_of(64) {
                         vol.flush().map_err(|e| format!("flush: {e}"))?;
                     }
                 }
@@ -138,7 +138,11 @@ fn reads_never_see_another_blocks_bytes_while_two_threads_move_extents() {
                 // Down again, by a mapping change or a copy, and now and
                 // then up by the migrator's own promotion.
                 let e = round % EXTENTS;
-                let to = if round % 5 == 0 { Tier::Ssd } else { Tier::Hdd };
+                let to = if round.is_multiple_of(5) {
+                    Tier::Ssd
+                } else {
+                    Tier::Hdd
+                };
                 migrate_extent(&vol, e, to, Reason::Manual, &mut |_| {}).expect("move");
             }
         })
