@@ -139,9 +139,8 @@ impl Settings {
             });
         }
         let vol = &live.volume;
-        if vol.ssd_lost() && tier != Some(Tier::Ssd) {
-            return Err(crate::volume::VolumeError::SsdGone.to_string());
-        }
+        // Checked before the setting is saved, so a refusal saves nothing.
+        vol.may_set_evacuating(tier).map_err(|e| e.to_string())?;
         Self::persist(live, &st.live, tier)?;
         vol.set_evacuating(tier).map_err(|e| e.to_string())?;
         // Counted as the plan counts: the tier's data.

@@ -390,9 +390,7 @@ impl Volume {
     pub fn set_evacuating(&self, tier: Option<Tier>) -> VolumeResult<()> {
         // Never in the middle of a replacement of the SSD.
         let _serial = self.evac_lock.lock();
-        if self.ssd_lost() && tier != Some(Tier::Ssd) {
-            return Err(VolumeError::SsdGone);
-        }
+        self.may_set_evacuating(tier)?;
         if tier != Some(Tier::Ssd) {
             // A replaced SSD's slots open again when its draining ends.
             self.alloc.reopen(Tier::Ssd);
@@ -404,6 +402,15 @@ impl Volume {
         };
         self.evacuating
             .store(v, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether [`Volume::set_evacuating`] would take `tier`: not while the
+    /// SSD is lost, unless it keeps the SSD drained.
+    pub fn may_set_evacuating(&self, tier: Option<Tier>) -> VolumeResult<()> {
+        if self.ssd_lost() && tier != Some(Tier::Ssd) {
+            return Err(VolumeError::SsdGone);
+        }
         Ok(())
     }
 

@@ -54,10 +54,7 @@ pub(super) fn check_replaced(
     if ssd.created == want {
         return Ok(());
     }
-    let replaced_by = store
-        .get(SSD_PATH_KEY)?
-        .map(|p| String::from_utf8_lossy(&p).into_owned())
-        .unwrap_or_else(|| "the replacement device".into());
+    let replaced_by = replaced_ssd_path(store)?.unwrap_or_else(|| "the replacement device".into());
     Err(VolumeError::ReplacedSsd {
         device,
         replaced_by,

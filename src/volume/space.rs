@@ -320,12 +320,8 @@ impl Volume {
             // Zeros in part of a lost block would leave the rest unknown:
             // refused, as a partial write is.
             if zero {
-                let end = p.start + p.len;
-                for (lo, hi) in [
-                    (p.start, end.min(p.start.next_multiple_of(BLOCK_SIZE))),
-                    ((end / BLOCK_SIZE * BLOCK_SIZE).max(p.start), end),
-                ] {
-                    if lo < hi && hi - lo < BLOCK_SIZE {
+                for (lo, hi) in partial_ends(p.start, p.len) {
+                    if lo < hi {
                         let b = (lo / BLOCK_SIZE) as u32;
                         self.check_lost(p.extent, b, b)?;
                     }
@@ -346,9 +342,7 @@ impl Volume {
             let end = p.start + p.len;
             let full_first = p.start.div_ceil(BLOCK_SIZE);
             let full_end = end / BLOCK_SIZE;
-            let head_end = end.min(full_first * BLOCK_SIZE);
-            let tail_start = head_end.max(full_end * BLOCK_SIZE);
-            for (lo, hi) in [(p.start, head_end), (tail_start, end)] {
+            for (lo, hi) in partial_ends(p.start, p.len) {
                 let block = (lo / BLOCK_SIZE) as u32;
                 if !(zero && lo < hi) {
                     continue;
@@ -537,4 +531,15 @@ pub struct FlushState {
     pub dirty_for: Duration,
     /// The latest flush failed.
     pub last_failed: bool,
+}
+
+/// The partial blocks at the two ends of `len` bytes at `start` (inside an
+/// extent), as byte ranges: the head up to the first block boundary and
+/// the tail from the last one; a range is empty where the end is aligned
+/// (and the tail is empty when the head takes a range inside one block).
+fn partial_ends(start: u64, len: u64) -> [(u64, u64); 2] {
+    let end = start + len;
+    let head_end = end.min(start.div_ceil(BLOCK_SIZE) * BLOCK_SIZE);
+    let tail_start = head_end.max(end / BLOCK_SIZE * BLOCK_SIZE);
+    [(start, head_end), (tail_start, end)]
 }

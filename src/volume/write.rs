@@ -420,6 +420,11 @@ impl Volume {
         let mut taken = Vec::new();
         let mut full = false;
         let mut evicted = false;
+        let give_back = |taken: &[LogPos]| {
+            for at in taken {
+                self.log.release_now(*at, &self.alloc);
+            }
+        };
         for b in first..=last {
             let at = match m.logged_at(b) {
                 Some(at) => Some(at),
@@ -442,9 +447,7 @@ impl Volume {
                             Err(e) => {
                                 // The mapping goes back as it was, and the
                                 // places taken for this write with it.
-                                for at in &taken {
-                                    self.log.release_now(*at, &self.alloc);
-                                }
+                                give_back(&taken);
                                 *guard = Some(m);
                                 return Err(e);
                             }
@@ -461,11 +464,6 @@ impl Volume {
         if full {
             Stats::add(&self.stats.log_full, 1);
         }
-        let give_back = |taken: &[LogPos]| {
-            for at in taken {
-                self.log.release_now(*at, &self.alloc);
-            }
-        };
         let base = self.geo.slot_offset(m.loc.slot);
         let devs: Vec<(Tier, u64)> = (first..=last)
             .zip(&targets)
