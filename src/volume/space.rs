@@ -11,6 +11,11 @@ use super::io::{InFlight, Piece};
 use super::stats::Stats;
 use super::{io_err, Volume, VolumeError, VolumeResult};
 
+/// How far back [`Volume::hdd_goal`] looks for a neighbour on the HDD, in
+/// extents (4 GiB of 1 MiB extents: past a reserve's worth of new data that
+/// went to the SSD).
+const GOAL_LOOKBACK: u64 = 4096;
+
 /// SSD extents with a clean HDD copy demoted at once (one flush) when a new
 /// extent finds the SSD without a free slot.
 const EVICT_FOR_NEW: usize = 16;
@@ -41,15 +46,15 @@ impl Volume {
                 self.flush()?;
             }
         }
-        let mut got = self.take_new_slot(&order)?;
+        let mut got = self.take_new_slot(extent, &order)?;
         if got.is_none() && (self.alloc.quarantined() > 0 || self.log.quarantined() > 0) {
             // Freed slots become reusable once their unmapping is durable.
             self.flush()?;
-            got = self.take_new_slot(&order)?;
+            got = self.take_new_slot(extent, &order)?;
         }
         if got.is_none() && self.drop_shadows(1, Some(extent))? > 0 {
             self.flush()?;
-            got = self.take_new_slot(&order)?;
+            got = self.take_new_slot(extent, &order)?;
         }
         let loc = got.ok_or(VolumeError::NoSpace)?;
         self.new_data_now();
@@ -69,9 +74,37 @@ impl Volume {
         self.detached(self.alloc.alloc(order))
     }
 
-    /// [`Volume::take_slot`] for new data: the lowest free slot.
-    fn take_new_slot(&self, order: &[Tier]) -> VolumeResult<Option<Loc>> {
-        self.detached(self.alloc.alloc_new(order))
+    /// [`Volume::take_slot`] for new data `extent`: on the SSD the lowest
+    /// free slot, on the HDD the first free one from where its neighbours
+    /// say it belongs ([`Volume::hdd_goal`]), else the lowest.
+    fn take_new_slot(&self, extent: u64, order: &[Tier]) -> VolumeResult<Option<Loc>> {
+        let may_go_down = order.first() == Some(&Tier::Hdd)
+            || self.alloc.free_count(Tier::Ssd) == 0
+            || !order.contains(&Tier::Ssd);
+        let goal = if may_go_down {
+            self.hdd_goal(extent)
+        } else {
+            None
+        };
+        self.detached(self.alloc.alloc_new(order, goal))
+    }
+
+    /// Where new data `extent` belongs on the HDD: as far past its nearest
+    /// HDD-mapped predecessor's slot (within [`GOAL_LOOKBACK`] extents) as
+    /// it is past that extent in the volume. The volume's order is kept on
+    /// the disk, so a stream continues where it left off, and streams
+    /// written at once in different parts of the volume each get their
+    /// own run of slots instead of taking turns at the lowest (which gives
+    /// every stream one positioning per extent). `None` with no such
+    /// neighbour.
+    fn hdd_goal(&self, extent: u64) -> Option<u32> {
+        let from = extent.saturating_sub(GOAL_LOOKBACK);
+        (from..extent).rev().find_map(|p| {
+            let loc = self.map.loc(p)?;
+            (loc.tier == Tier::Hdd)
+                .then(|| u32::try_from(u64::from(loc.slot) + (extent - p)).ok())
+                .flatten()
+        })
     }
 
     /// `got`, detached from pages that zero-copy reads of its previous
