@@ -189,35 +189,32 @@ impl Allocator {
     /// Take a free slot from the first tier of `order` that has one, for
     /// a move or the write log: the one given back last, if any is left.
     pub fn alloc(&self, order: &[Tier]) -> Option<Loc> {
-        self.alloc_by(order, Free::pop_recent)
+        self.alloc_by(order, |_, free| free.pop_recent())
     }
 
     /// Take a free slot from the first tier of `order` that has one, for
     /// new data: on the HDD the first free slot at or after `hdd_goal`
     /// (within [`GOAL_WORDS`] words of it), else the lowest.
     pub fn alloc_new(&self, order: &[Tier], hdd_goal: Option<u32>) -> Option<Loc> {
-        let mut inner = self.inner.lock();
-        order.iter().find_map(|&tier| {
-            if inner.closed[tier.index()] {
-                return None;
-            }
-            let free = &mut inner.free[tier.index()];
-            let near = match (tier, hdd_goal) {
-                (Tier::Hdd, Some(goal)) => free.pop_from(goal, GOAL_WORDS),
-                _ => None,
-            };
-            near.or_else(|| free.pop_lowest())
-                .map(|slot| Loc { tier, slot })
+        self.alloc_by(order, |tier, free| match (tier, hdd_goal) {
+            (Tier::Hdd, Some(goal)) => free
+                .pop_from(goal, GOAL_WORDS)
+                .or_else(|| free.pop_lowest()),
+            _ => free.pop_lowest(),
         })
     }
 
-    fn alloc_by(&self, order: &[Tier], pop: fn(&mut Free) -> Option<u32>) -> Option<Loc> {
+    fn alloc_by(
+        &self,
+        order: &[Tier],
+        pop: impl Fn(Tier, &mut Free) -> Option<u32>,
+    ) -> Option<Loc> {
         let mut inner = self.inner.lock();
         order.iter().find_map(|&tier| {
             if inner.closed[tier.index()] {
                 return None;
             }
-            pop(&mut inner.free[tier.index()]).map(|slot| Loc { tier, slot })
+            pop(tier, &mut inner.free[tier.index()]).map(|slot| Loc { tier, slot })
         })
     }
 
