@@ -175,6 +175,8 @@ pub struct Volume {
     /// The heat tick at which new data last looked for an idle extent with
     /// a clean copy and found none (no new look before the next tick).
     no_idle_clean: std::sync::atomic::AtomicU64,
+    /// The batch of clean SSD extents new data takes back next.
+    evict_run: space::EvictRun,
     /// Data written to a tier since its last sync.
     dirty: [AtomicBool; 2],
     /// Metadata changed since the last store flush.

@@ -441,6 +441,7 @@ impl Volume {
             evac_lock: Mutex::new(()),
             clean_shadows: AtomicBool::new(true),
             no_idle_clean: std::sync::atomic::AtomicU64::new(u64::MAX),
+            evict_run: Default::default(),
             // A previous process may have left writes in the OS cache that
             // were never synced: the first flush syncs everything.
             dirty: [AtomicBool::new(true), AtomicBool::new(true)],

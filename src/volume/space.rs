@@ -2,7 +2,7 @@
 //! else is free), discard and zeroing, and flush — the point where freed
 //! slots and log places become reusable — and a clean close.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::extent::Loc;
@@ -17,8 +17,46 @@ use super::{io_err, Volume, VolumeError, VolumeResult};
 const GOAL_LOOKBACK: u64 = 4096;
 
 /// SSD extents with a clean HDD copy demoted at once (one flush) when a new
-/// extent finds the SSD without a free slot.
+/// extent finds the SSD without a free slot, at the start of a burst; each
+/// further time within the burst takes twice as many ([`EvictRun`]).
 const EVICT_FOR_NEW: usize = 16;
+
+/// A pause in evictions for new data this long ends a burst: the next
+/// takes [`EVICT_FOR_NEW`] again.
+const EVICT_BURST_GAP: Duration = Duration::from_secs(1);
+
+/// How many clean SSD extents the next eviction for new data takes. The
+/// flush that makes their slots reusable costs about the same however many
+/// leave (a sync of both devices and the metadata store; on image files
+/// through the daemon tens of milliseconds), so a burst of new data that
+/// keeps finding the SSD full doubles its batch each time, up to the
+/// reserve: a long burst pays a few flushes instead of one per 16 MiB,
+/// and a short one evicts no more than it needs.
+#[derive(Debug, Default)]
+pub(crate) struct EvictRun {
+    /// When the last eviction for new data was (clock nanoseconds).
+    last_ns: AtomicU64,
+    /// Its batch.
+    batch: AtomicUsize,
+}
+
+impl EvictRun {
+    /// The batch for an eviction at `now`, at most `cap` (at least
+    /// [`EVICT_FOR_NEW`]).
+    pub(crate) fn next(&self, now: Duration, cap: usize) -> usize {
+        let now_ns = now.as_nanos() as u64;
+        let last = self.last_ns.swap(now_ns, Ordering::Relaxed);
+        let prev = self.batch.load(Ordering::Relaxed);
+        let in_burst = prev > 0 && now_ns.saturating_sub(last) < EVICT_BURST_GAP.as_nanos() as u64;
+        let batch = if in_burst {
+            prev.saturating_mul(2).min(cap.max(EVICT_FOR_NEW))
+        } else {
+            EVICT_FOR_NEW
+        };
+        self.batch.store(batch, Ordering::Relaxed);
+        batch
+    }
+}
 
 impl Volume {
     /// A free slot for a new extent: on the SSD while it has one (the
@@ -42,7 +80,10 @@ impl Volume {
             // a mapping change (the flush makes their slots reusable). Data
             // in use stays: a long write of new data spills to the HDD
             // rather than push out the working set.
-            if self.evict_clean_where(EVICT_FOR_NEW, Some(extent), true)? > 0 {
+            let batch = self
+                .evict_run
+                .next(self.clock.now(), self.geo.reserve_extents as usize);
+            if self.evict_clean_where(batch, Some(extent), true)? > 0 {
                 self.flush()?;
             }
         }
@@ -575,4 +616,24 @@ fn partial_ends(start: u64, len: u64) -> [(u64, u64); 2] {
     let head_end = end.min(start.div_ceil(BLOCK_SIZE) * BLOCK_SIZE);
     let tail_start = head_end.max(end / BLOCK_SIZE * BLOCK_SIZE);
     [(start, head_end), (tail_start, end)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_doubles_its_evictions_up_to_the_cap_and_a_pause_starts_over() {
+        let run = EvictRun::default();
+        let ms = Duration::from_millis;
+        let got: Vec<usize> = (0..6).map(|i| run.next(ms(100 * i), 256)).collect();
+        assert_eq!(got, [16, 32, 64, 128, 256, 256]);
+        // A second without one ends the burst.
+        assert_eq!(run.next(ms(500 + 1000), 256), 16);
+        assert_eq!(run.next(ms(1600), 256), 32);
+        // A reserve smaller than the first batch still takes the first.
+        let small = EvictRun::default();
+        assert_eq!(small.next(ms(0), 4), 16);
+        assert_eq!(small.next(ms(1), 4), 16);
+    }
 }
