@@ -87,15 +87,20 @@ impl Volume {
                 self.flush()?;
             }
         }
-        let mut got = self.take_new_slot(extent, &order)?;
+        // Where on the HDD it belongs, looked up once, and only when it may
+        // go there (the SSD comes first and has a free slot otherwise).
+        let goal = (order[0] == Tier::Hdd || self.alloc.free_count(Tier::Ssd) == 0)
+            .then(|| self.hdd_goal(extent))
+            .flatten();
+        let mut got = self.take_new_slot(&order, goal)?;
         if got.is_none() && (self.alloc.quarantined() > 0 || self.log.quarantined() > 0) {
             // Freed slots become reusable once their unmapping is durable.
             self.flush()?;
-            got = self.take_new_slot(extent, &order)?;
+            got = self.take_new_slot(&order, goal)?;
         }
         if got.is_none() && self.drop_shadows(1, Some(extent))? > 0 {
             self.flush()?;
-            got = self.take_new_slot(extent, &order)?;
+            got = self.take_new_slot(&order, goal)?;
         }
         let loc = got.ok_or(VolumeError::NoSpace)?;
         self.new_data_now();
@@ -115,19 +120,10 @@ impl Volume {
         self.detached(self.alloc.alloc(order))
     }
 
-    /// [`Volume::take_slot`] for new data `extent`: on the SSD the lowest
-    /// free slot, on the HDD the first free one from where its neighbours
-    /// say it belongs ([`Volume::hdd_goal`]), else the lowest.
-    fn take_new_slot(&self, extent: u64, order: &[Tier]) -> VolumeResult<Option<Loc>> {
-        let may_go_down = order.first() == Some(&Tier::Hdd)
-            || self.alloc.free_count(Tier::Ssd) == 0
-            || !order.contains(&Tier::Ssd);
-        let goal = if may_go_down {
-            self.hdd_goal(extent)
-        } else {
-            None
-        };
-        self.detached(self.alloc.alloc_new(order, goal))
+    /// [`Volume::take_slot`] for new data: on the SSD the lowest free slot,
+    /// on the HDD the first free one from `hdd_goal`, else the lowest.
+    fn take_new_slot(&self, order: &[Tier], hdd_goal: Option<u32>) -> VolumeResult<Option<Loc>> {
+        self.detached(self.alloc.alloc_new(order, hdd_goal))
     }
 
     /// Where new data `extent` belongs on the HDD: as far past its nearest
