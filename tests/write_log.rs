@@ -7,7 +7,8 @@
 //! their places back, write-back copies logged blocks home and frees the
 //! segments, logged data survives restarts (clean or not), long sequential
 //! streams and HDD-pinned extents bypass the log (but never leave a logged
-//! block stale), and a promotion takes every block from its newest place.
+//! block stale) — a stream only while users' reads are not queueing on the
+//! HDD — and a promotion takes every block from its newest place.
 
 mod support;
 
@@ -711,5 +712,90 @@ fn sector_aligned_parts_of_blocks_over_hdd_data_land_in_the_log_by_their_sectors
         "on the HDD after the round trip"
     );
     vol.flush().expect("flush");
+    assert_accounting(&vol, 24);
+}
+
+/// The bed's volume with its HDD given a 5400 rpm drive's timing on the
+/// bed's manual clock: an HDD read moves the clock on by its service time.
+fn open_timed(bed: &Bed) -> std::sync::Arc<tierd::volume::Volume> {
+    use std::sync::Arc;
+    use tierd::device::model::ModelKind;
+    use tierd::device::{BlockDevice, TimedDevice};
+    let hdd: Arc<dyn BlockDevice> = bed.hdd.clone();
+    let size = hdd.size();
+    let devices = tierd::volume::Devices {
+        ssd: bed.ssd.clone(),
+        hdd: Arc::new(TimedDevice::new(
+            hdd,
+            ModelKind::Hdd5400.build(size),
+            bed.clock.clone(),
+        )),
+    };
+    let opts = tierd::volume::VolumeOptions {
+        heat: bed.heat,
+        clock: bed.clock.clone(),
+        ..Default::default()
+    };
+    let store: Arc<dyn tierd::store::MetaStore> = bed.store.clone();
+    Arc::new(tierd::volume::Volume::open_with(devices, store, opts).expect("open"))
+}
+
+#[test]
+fn a_sequential_stream_takes_the_log_while_users_reads_queue_on_the_hdd() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = open_timed(&bed);
+    let mut model = model_of(&vol);
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
+    hdd_extent(&vol, &mut model, 1, 0, &pattern(2, EXTENT as usize));
+    let seq = IoHint {
+        seq_run: 4 * EXTENT + 1,
+    };
+    let write = |model: &mut Vec<u8>, off: u64, data: &[u8]| {
+        vol.write_hinted(off, data, false, seq).expect("write");
+        model[off as usize..off as usize + data.len()].copy_from_slice(data);
+    };
+    let read_hdd = || {
+        let mut buf = vec![0u8; BLK as usize];
+        vol.read(at(1, 9), &mut buf).expect("read");
+    };
+    // Any modelled HDD read takes longer than a microsecond: with that
+    // threshold, one read makes the HDD count as busy with users.
+    vol.set_busy_latency(std::time::Duration::from_micros(1));
+    read_hdd();
+    let hdd0 = dev_written(&vol, Tier::Hdd);
+    write(&mut model, at(0, 0), &pattern(3, 2 * BLK as usize));
+    assert_eq!(
+        logged_blocks(&vol, 0),
+        vec![0, 1],
+        "a stream beside queueing reads went to the HDD"
+    );
+    assert_eq!(dev_written(&vol, Tier::Hdd), hdd0);
+
+    // The last read is older than a second: the HDD streams again.
+    bed.clock.advance(std::time::Duration::from_secs(2));
+    write(&mut model, at(0, 4), &pattern(4, 2 * BLK as usize));
+    assert_eq!(
+        logged_blocks(&vol, 0),
+        vec![0, 1],
+        "a stream on a free HDD was logged"
+    );
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, 2 * BLK);
+
+    // Threshold zero: the HDD never counts as busy.
+    vol.set_busy_latency(std::time::Duration::ZERO);
+    read_hdd();
+    write(&mut model, at(0, 8), &pattern(5, BLK as usize));
+    assert_eq!(logged_blocks(&vol, 0), vec![0, 1]);
+
+    // The 100 ms default: a lone read on an idle disk is far below it.
+    vol.set_busy_latency(std::time::Duration::from_millis(100));
+    read_hdd();
+    write(&mut model, at(0, 10), &pattern(6, BLK as usize));
+    assert_eq!(logged_blocks(&vol, 0), vec![0, 1]);
+    assert_reads(&vol, &model, "streams beside reads and without");
+    vol.close().expect("close");
+    drop(vol);
+    let vol = bed.open();
+    assert_reads(&vol, &model, "after a restart");
     assert_accounting(&vol, 24);
 }

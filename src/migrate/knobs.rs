@@ -57,7 +57,8 @@ pub struct MigrateConfig {
     /// Foreground requests in flight at or above which migration waits.
     pub busy_inflight: usize,
     /// Smoothed latency of foreground HDD reads at or above which migration
-    /// waits (0: never).
+    /// waits and sequential writes to HDD data take the write log (0:
+    /// never).
     #[serde(with = "crate::units::duration_secs")]
     pub busy_latency: Duration,
     /// Longest wait for foreground I/O to calm down before one batch.

@@ -388,6 +388,7 @@ impl Migrator {
         let cfg = self.config();
         let vol = &self.vol;
         vol.set_admission(cfg.admission);
+        vol.set_busy_latency(cfg.busy_latency);
         vol.ledger().set_shares(
             cfg.admission.then_some(cfg.admission_share),
             cfg.promote_share,

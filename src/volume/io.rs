@@ -43,14 +43,31 @@ impl Drop for InFlight<'_> {
 /// an exponentially weighted mean (weight 1/8 per sample) in microseconds
 /// and the time of the last sample. Updated with relaxed atomics; a lost
 /// update between two racing samples only makes the mean a little older.
-#[derive(Default)]
+///
+/// It also holds the latency at which the HDD counts as busy with users
+/// (`migrate.busy-latency`, pushed by the migrator; 0: never).
 pub(crate) struct Latency {
     mean_us: AtomicU64,
     last_ms: AtomicU64,
+    busy_us: AtomicU64,
 }
 
+impl Default for Latency {
+    fn default() -> Self {
+        Latency {
+            mean_us: AtomicU64::new(0),
+            last_ms: AtomicU64::new(0),
+            busy_us: AtomicU64::new(DEFAULT_BUSY.as_micros() as u64),
+        }
+    }
+}
+
+/// [`Latency`]'s busy threshold until the migrator sets one: the default
+/// `migrate.busy-latency`.
+const DEFAULT_BUSY: Duration = Duration::from_millis(100);
+
 impl Latency {
-    fn sample(&self, took: Duration, now: Duration) {
+    pub(crate) fn sample(&self, took: Duration, now: Duration) {
         let us = took.as_micros().min(u128::from(u32::MAX)) as u64;
         let old = self.mean_us.load(Ordering::Relaxed);
         let new = if old == 0 { us } else { old - old / 8 + us / 8 };
@@ -64,6 +81,24 @@ impl Latency {
         let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
         let mean = self.mean_us.load(Ordering::Relaxed);
         (mean > 0 && now.saturating_sub(last) <= fresh).then(|| Duration::from_micros(mean))
+    }
+
+    /// Set the busy threshold (zero: the HDD never counts as busy).
+    pub(crate) fn set_busy(&self, d: Duration) {
+        self.busy_us.store(
+            d.as_micros().min(u128::from(u64::MAX)) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Whether the mean, fresh within `fresh` at `now`, is at the busy
+    /// threshold or above it.
+    pub(crate) fn busy(&self, now: Duration, fresh: Duration) -> bool {
+        let busy = self.busy_us.load(Ordering::Relaxed);
+        busy > 0
+            && self
+                .get(now, fresh)
+                .is_some_and(|m| m >= Duration::from_micros(busy))
     }
 }
 
@@ -207,7 +242,7 @@ impl Volume {
         let dev = self.devices.get(tier);
         let at = self.geo.slot_offset(m.loc.slot) + p.start;
         // Only HDD reads feed the migrator's backoff (as in `read_into`).
-        let t0 = (tier == Tier::Hdd).then(|| (self.clock.now(), self.clock.io_now()));
+        let t0 = (tier == Tier::Hdd).then(|| self.clock.io_now());
         let r = dev.read_to_pipe(pipe, at, len as usize)?;
         drop(guard);
         let i = tier.index();
@@ -215,10 +250,8 @@ impl Volume {
             Stats::add(&self.stats.dev_errors[i], 1);
             return Some(Err(io_err(dev.as_ref())(e)));
         }
-        if let Some((t0, io0)) = t0 {
-            let t1 = self.clock.now();
-            self.hdd_latency.sample(t1.saturating_sub(t0), t1);
-            self.hdd_foreground_done(io0);
+        if let Some(io0) = t0 {
+            self.sample_hdd_read(io0);
         }
         self.heat.record(offset, len, hint);
         if tier == Tier::Ssd {
@@ -309,16 +342,14 @@ impl Volume {
                     None => {
                         // Only HDD reads that wait feed the migrator's backoff.
                         let timed = tier == Tier::Hdd;
-                        let (t0, io0) = if timed {
-                            (self.clock.now(), self.clock.io_now())
+                        let io0 = if timed {
+                            self.clock.io_now()
                         } else {
-                            (Duration::ZERO, Duration::ZERO)
+                            Duration::ZERO
                         };
                         let r = dev.read_at(part, at);
                         if timed {
-                            let t1 = self.clock.now();
-                            self.hdd_latency.sample(t1.saturating_sub(t0), t1);
-                            self.hdd_foreground_done(io0);
+                            self.sample_hdd_read(io0);
                         }
                         r
                     }
@@ -657,4 +688,41 @@ pub(crate) fn block_span(start: u64, len: u64) -> (u32, u32) {
         (start / BLOCK_SIZE) as u32,
         ((start + len - 1) / BLOCK_SIZE) as u32,
     )
+}
+
+#[cfg(test)]
+mod latency_tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn busy_at_the_threshold_while_fresh_never_at_zero() {
+        let l = Latency::default();
+        let fresh = Duration::from_secs(1);
+        assert!(!l.busy(Duration::ZERO, fresh), "no sample yet");
+        l.sample(150 * MS, 1000 * MS);
+        assert!(
+            l.busy(1500 * MS, fresh),
+            "150 ms against the 100 ms default"
+        );
+        assert!(!l.busy(2001 * MS, fresh), "the sample is stale");
+        l.set_busy(200 * MS);
+        assert!(!l.busy(1500 * MS, fresh), "below a raised threshold");
+        l.set_busy(150 * MS);
+        assert!(l.busy(1500 * MS, fresh), "at the threshold");
+        l.set_busy(Duration::ZERO);
+        assert!(!l.busy(1500 * MS, fresh), "zero: never busy");
+        // The mean moves an eighth of the way per sample.
+        l.set_busy(100 * MS);
+        l.sample(10 * MS, 1600 * MS);
+        assert_eq!(
+            l.get(1600 * MS, fresh),
+            Some(Duration::from_micros(132_500))
+        );
+        for _ in 0..10 {
+            l.sample(10 * MS, 1600 * MS);
+        }
+        assert!(!l.busy(1600 * MS, fresh), "fast reads bring it down");
+    }
 }

@@ -348,6 +348,17 @@ impl Volume {
         }
     }
 
+    /// A foreground HDD read that began at `io0` (on
+    /// [`crate::clock::Clock::io_now`]'s scale) is done: its latency feeds
+    /// the smoothed one (measured on `io_now`, so a virtual clock whose
+    /// devices add their time to the calling thread measures it too), then
+    /// [`Volume::hdd_foreground_done`].
+    pub(crate) fn sample_hdd_read(&self, io0: std::time::Duration) {
+        let took = self.clock.io_now().saturating_sub(io0);
+        self.hdd_latency.sample(took, self.clock.now());
+        self.hdd_foreground_done(io0);
+    }
+
     /// How long since a foreground write last took a slot for new data, on
     /// the volume's clock (`Duration::MAX` if none has since it opened).
     pub fn new_data_idle(&self) -> std::time::Duration {
@@ -381,6 +392,21 @@ impl Volume {
     pub fn hdd_read_latency(&self) -> Option<std::time::Duration> {
         self.hdd_latency
             .get(self.clock.now(), std::time::Duration::from_secs(1))
+    }
+
+    /// Whether users' reads are queueing on the HDD: their smoothed latency,
+    /// fresh within the last second, is at [`Volume::set_busy_latency`]'s
+    /// threshold or above. A sequential stream's writes would wait in that
+    /// queue instead of streaming; the write log takes them.
+    pub(crate) fn hdd_congested(&self) -> bool {
+        self.hdd_latency
+            .busy(self.clock.now(), std::time::Duration::from_secs(1))
+    }
+
+    /// The foreground HDD read latency at which the HDD counts as busy with
+    /// users (`migrate.busy-latency`, 100 ms until set; zero: never).
+    pub fn set_busy_latency(&self, d: std::time::Duration) {
+        self.hdd_latency.set_busy(d);
     }
 
     /// Drain `tier` (or stop draining): new extents go to the other tier

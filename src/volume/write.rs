@@ -81,8 +81,12 @@ impl Volume {
     /// What the write log does with a write to `m`, decided once per
     /// write: the log takes it (`Take`), would but has no room (`Full`), or
     /// it is none of the log's business (`No`: an SSD extent, the log off,
-    /// a long sequential stream — those go to the HDD at its streaming speed
-    /// and keep the log for random writes — an extent pinned to the HDD, or,
+    /// a long sequential stream while the HDD can stream it — those go to
+    /// the HDD at its streaming speed and keep the log for random writes;
+    /// while users' reads queue on the HDD ([`Volume::hdd_congested`]) a
+    /// stream's writes would wait in that queue and cost the reads a seek
+    /// each way, so the log takes them and write-back sends them down in
+    /// order later — an extent pinned to the HDD, or,
     /// when the log has room, a write covering part of a block whose data
     /// is on the HDD: logging it would first read the rest of the block off
     /// the HDD, two reads for a write neither edge of which is 4 KiB
@@ -93,7 +97,7 @@ impl Volume {
         if m.loc.tier != Tier::Hdd
             || !self.log_enabled.load(Ordering::Relaxed)
             || self.evacuating() == Some(Tier::Ssd)
-            || self.heat.is_sequential(hint)
+            || (self.heat.is_sequential(hint) && !self.hdd_congested())
             || self.pin_of(p.extent) == Some(Tier::Hdd)
         {
             LogWay::No
