@@ -259,7 +259,7 @@ fn admissions_left_for_later_while_the_budget_is_spent_come_up_on_a_later_miss()
     // Spend the burst the bucket starts with.
     assert!(vol.ledger().may_admit());
     vol.ledger()
-        .admitted(Duration::from_secs(1), Duration::from_secs(1));
+        .admitted(Duration::from_secs(1), Duration::from_secs(1), false);
     let mut buf = vec![0u8; 4096];
     vol.read(0, &mut buf).expect("read");
     let done = admit_pending(&vol).expect("admit");

@@ -53,8 +53,11 @@ pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
         let head0 = vol.hdd_busy_here();
         let r = admit_one(vol, extent, &mut done);
         let span = vol.clock().io_now().saturating_sub(t0);
-        vol.ledger()
-            .admitted(span, head_time(vol, head0).unwrap_or(span));
+        vol.ledger().admitted(
+            span,
+            head_time(vol, head0).unwrap_or(span),
+            vol.hdd_saturated(),
+        );
         r?;
     }
     Ok(done)

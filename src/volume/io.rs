@@ -50,6 +50,9 @@ pub(crate) struct Latency {
     mean_us: AtomicU64,
     last_ms: AtomicU64,
     busy_us: AtomicU64,
+    /// Since when (ms) the mean has stayed at the threshold or above
+    /// (`u64::MAX`: it is below).
+    busy_since_ms: AtomicU64,
 }
 
 impl Default for Latency {
@@ -58,6 +61,7 @@ impl Default for Latency {
             mean_us: AtomicU64::new(0),
             last_ms: AtomicU64::new(0),
             busy_us: AtomicU64::new(DEFAULT_BUSY.as_micros() as u64),
+            busy_since_ms: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -74,6 +78,27 @@ impl Latency {
         self.mean_us.store(new.max(1), Ordering::Relaxed);
         self.last_ms
             .store(now.as_millis() as u64, Ordering::Relaxed);
+        let busy = self.busy_us.load(Ordering::Relaxed);
+        if busy > 0 && new >= busy {
+            let _ = self.busy_since_ms.compare_exchange(
+                u64::MAX,
+                now.as_millis() as u64,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        } else {
+            self.busy_since_ms.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+
+    /// How long the mean has stayed at the busy threshold or above, as of
+    /// `now` (zero unless [`Latency::busy`]).
+    pub(crate) fn busy_for(&self, now: Duration, fresh: Duration) -> Duration {
+        let since = self.busy_since_ms.load(Ordering::Relaxed);
+        if since == u64::MAX || !self.busy(now, fresh) {
+            return Duration::ZERO;
+        }
+        now.saturating_sub(Duration::from_millis(since))
     }
 
     /// The mean, unless the last sample is older than `fresh` at `now`.
@@ -724,5 +749,28 @@ mod latency_tests {
             l.sample(10 * MS, 1600 * MS);
         }
         assert!(!l.busy(1600 * MS, fresh), "fast reads bring it down");
+    }
+
+    #[test]
+    fn busy_for_counts_from_the_first_busy_sample_and_restarts_after_a_break() {
+        let l = Latency::default();
+        let fresh = Duration::from_secs(1);
+        let s = |ms: u64| Duration::from_millis(ms);
+        l.sample(s(500), s(1000));
+        assert_eq!(l.busy_for(s(1000), fresh), Duration::ZERO);
+        l.sample(s(500), s(1800));
+        assert_eq!(l.busy_for(s(2500), fresh), s(1500));
+        // Stale: not busy now, so not for any time.
+        assert_eq!(l.busy_for(s(3000), fresh), Duration::ZERO);
+        // A break (the mean falls below the threshold) starts it over.
+        for t in 0..30 {
+            l.sample(s(1), s(4000 + t));
+        }
+        assert!(!l.busy(s(4030), fresh));
+        for t in 0..30 {
+            l.sample(s(900), s(5000 + t));
+        }
+        let since = l.busy_for(s(6000), fresh);
+        assert!(since > s(970) && since <= s(1000), "{since:?}");
     }
 }

@@ -491,11 +491,19 @@ impl Ledger {
     /// `head` of the HDD's mechanism time. The bucket pays the span: a
     /// copy queued behind the users' requests holds the HDD for the users
     /// queued behind it as long as the queue it waited in, so under load
-    /// the span is what the copy costs them now. The reuse accounts pay
-    /// the head time: whether copies pay back is a question of HDD time
-    /// spent against HDD time saved, queue or no queue.
-    pub fn admitted(&self, span: Duration, head: Duration) {
-        let paid = span.as_secs_f64();
+    /// the span is what the copy costs them now, and the HDD time flash
+    /// saves later, when a burst's queue has drained, is worth its own
+    /// length only. With `saturated` (users' reads have queued on the HDD
+    /// without a break for longer than the savings take to come, see
+    /// [`crate::volume::Volume::hdd_saturated`]) the bucket pays the head
+    /// time: the queue outlasts both the copy and its savings, so a second
+    /// of head time spent delays every later request as much as a second
+    /// saved speeds them, and head time is weighed against head time. The
+    /// reuse accounts pay the head time always: whether copies pay back is
+    /// a question of HDD time spent against HDD time saved, queue or no
+    /// queue.
+    pub fn admitted(&self, span: Duration, head: Duration, saturated: bool) {
+        let paid = if saturated { head } else { span }.as_secs_f64();
         self.admission.lock().spend(paid);
         self.spent.lock().0 += paid;
         let secs = head.as_secs_f64();
@@ -709,7 +717,7 @@ mod tests {
         assert_eq!(l.hdd_service_time(), ms(8));
         // The copy waited 84 ms behind the users and took the HDD 16 ms:
         // the bucket pays the 100 ms span, the reuse account the 16 ms.
-        l.admitted(ms(100), ms(16));
+        l.admitted(ms(100), ms(16), false);
         l.admitted_hit(true);
         l.admitted_hit(false);
         let s = l.status();
@@ -719,6 +727,10 @@ mod tests {
         );
         assert!((s.admissions_hdd_s - 0.100).abs() < 1e-9);
         assert!(s.admit_at_first_miss);
+        // On a saturated HDD the bucket pays the 16 ms of head time.
+        l.admitted(ms(100), ms(16), true);
+        let s = l.status();
+        assert!((s.admissions_hdd_s - 0.116).abs() < 1e-9, "{s:?}");
         l.set_shares(None, 1.0);
         assert!(
             !l.counting(),

@@ -350,12 +350,16 @@ impl Volume {
 
     /// A foreground HDD read that began at `io0` (on
     /// [`crate::clock::Clock::io_now`]'s scale) is done: its latency feeds
-    /// the smoothed one (measured on `io_now`, so a virtual clock whose
-    /// devices add their time to the calling thread measures it too), then
-    /// [`Volume::hdd_foreground_done`].
+    /// the smoothed one, then [`Volume::hdd_foreground_done`]. Both the
+    /// latency and the moment it ended are taken on `io_now`: on the real
+    /// clock that is the time itself; on a virtual clock whose devices add
+    /// their time to the calling thread (the bench's) it is when the read
+    /// ends, where the shared time still says when it was sent, so a read
+    /// queued for a minute keeps the HDD counted busy until it is served,
+    /// as the daemon sees it.
     pub(crate) fn sample_hdd_read(&self, io0: std::time::Duration) {
-        let took = self.clock.io_now().saturating_sub(io0);
-        self.hdd_latency.sample(took, self.clock.now());
+        let end = self.clock.io_now();
+        self.hdd_latency.sample(end.saturating_sub(io0), end);
         self.hdd_foreground_done(io0);
     }
 
@@ -401,6 +405,23 @@ impl Volume {
     pub(crate) fn hdd_congested(&self) -> bool {
         self.hdd_latency
             .busy(self.clock.now(), std::time::Duration::from_secs(1))
+    }
+
+    /// How long users' reads have queued on the HDD without a break
+    /// ([`Volume::hdd_congested`] all along; zero when not now).
+    pub fn hdd_congested_for(&self) -> std::time::Duration {
+        self.hdd_latency
+            .busy_for(self.clock.now(), std::time::Duration::from_secs(1))
+    }
+
+    /// Whether the HDD is saturated, not in a burst: users' reads have
+    /// queued on it without a break for at least heat's half-life, the
+    /// time over which a copy's savings come (an extent's heat halves in
+    /// it). A queue that has lasted that long is taken to outlast them too
+    /// ([`ledger::Ledger::admitted`] prices copies by it).
+    pub fn hdd_saturated(&self) -> bool {
+        let horizon = self.heat.config().half_life;
+        !horizon.is_zero() && self.hdd_congested_for() >= horizon
     }
 
     /// The foreground HDD read latency at which the HDD counts as busy with
