@@ -233,6 +233,10 @@ pub struct Volume {
     stats: Stats,
 }
 
+/// How recent the last foreground HDD read must be for the smoothed read
+/// latency to count ([`Volume::hdd_read_latency`], [`Volume::hdd_congested`]).
+const LATENCY_FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Volume {
     pub fn geometry(&self) -> &Geometry {
         &self.geo
@@ -394,8 +398,7 @@ impl Volume {
     /// Smoothed latency of foreground HDD reads (on the volume's clock),
     /// unless none completed within the last second.
     pub fn hdd_read_latency(&self) -> Option<std::time::Duration> {
-        self.hdd_latency
-            .get(self.clock.now(), std::time::Duration::from_secs(1))
+        self.hdd_latency.get(self.clock.now(), LATENCY_FRESH)
     }
 
     /// Whether users' reads are queueing on the HDD: their smoothed latency,
@@ -403,15 +406,13 @@ impl Volume {
     /// threshold or above. A sequential stream's writes would wait in that
     /// queue instead of streaming; the write log takes them.
     pub(crate) fn hdd_congested(&self) -> bool {
-        self.hdd_latency
-            .busy(self.clock.now(), std::time::Duration::from_secs(1))
+        self.hdd_latency.busy(self.clock.now(), LATENCY_FRESH)
     }
 
     /// How long users' reads have queued on the HDD without a break
     /// ([`Volume::hdd_congested`] all along; zero when not now).
     pub fn hdd_congested_for(&self) -> std::time::Duration {
-        self.hdd_latency
-            .busy_for(self.clock.now(), std::time::Duration::from_secs(1))
+        self.hdd_latency.busy_for(self.clock.now(), LATENCY_FRESH)
     }
 
     /// Whether the HDD is saturated, not in a burst: users' reads have
