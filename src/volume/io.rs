@@ -71,21 +71,29 @@ impl Default for Latency {
 const DEFAULT_BUSY: Duration = Duration::from_millis(100);
 
 impl Latency {
-    pub(crate) fn sample(&self, took: Duration, now: Duration) {
+    /// A read took `took`, ending at `now`. A sample more than `fresh`
+    /// after the one before starts the busy run over: the reads in between
+    /// were none, so the HDD did not stay queued ([`Latency::busy_for`]).
+    pub(crate) fn sample(&self, took: Duration, now: Duration, fresh: Duration) {
         let us = took.as_micros().min(u128::from(u32::MAX)) as u64;
         let old = self.mean_us.load(Ordering::Relaxed);
         let new = if old == 0 { us } else { old - old / 8 + us / 8 };
         self.mean_us.store(new.max(1), Ordering::Relaxed);
-        self.last_ms
-            .store(now.as_millis() as u64, Ordering::Relaxed);
+        let now_ms = now.as_millis() as u64;
+        let before = self.last_ms.swap(now_ms, Ordering::Relaxed);
+        let gap = now_ms.saturating_sub(before) > fresh.as_millis() as u64;
         let busy = self.busy_us.load(Ordering::Relaxed);
         if busy > 0 && new >= busy {
-            let _ = self.busy_since_ms.compare_exchange(
-                u64::MAX,
-                now.as_millis() as u64,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+            if gap {
+                self.busy_since_ms.store(now_ms, Ordering::Relaxed);
+            } else {
+                let _ = self.busy_since_ms.compare_exchange(
+                    u64::MAX,
+                    now_ms,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
         } else {
             self.busy_since_ms.store(u64::MAX, Ordering::Relaxed);
         }
@@ -726,7 +734,7 @@ mod latency_tests {
         let l = Latency::default();
         let fresh = Duration::from_secs(1);
         assert!(!l.busy(Duration::ZERO, fresh), "no sample yet");
-        l.sample(150 * MS, 1000 * MS);
+        l.sample(150 * MS, 1000 * MS, fresh);
         assert!(
             l.busy(1500 * MS, fresh),
             "150 ms against the 100 ms default"
@@ -740,13 +748,13 @@ mod latency_tests {
         assert!(!l.busy(1500 * MS, fresh), "zero: never busy");
         // The mean moves an eighth of the way per sample.
         l.set_busy(100 * MS);
-        l.sample(10 * MS, 1600 * MS);
+        l.sample(10 * MS, 1600 * MS, fresh);
         assert_eq!(
             l.get(1600 * MS, fresh),
             Some(Duration::from_micros(132_500))
         );
         for _ in 0..10 {
-            l.sample(10 * MS, 1600 * MS);
+            l.sample(10 * MS, 1600 * MS, fresh);
         }
         assert!(!l.busy(1600 * MS, fresh), "fast reads bring it down");
     }
@@ -756,21 +764,27 @@ mod latency_tests {
         let l = Latency::default();
         let fresh = Duration::from_secs(1);
         let s = |ms: u64| Duration::from_millis(ms);
-        l.sample(s(500), s(1000));
+        l.sample(s(500), s(1000), fresh);
         assert_eq!(l.busy_for(s(1000), fresh), Duration::ZERO);
-        l.sample(s(500), s(1800));
+        l.sample(s(500), s(1800), fresh);
         assert_eq!(l.busy_for(s(2500), fresh), s(1500));
         // Stale: not busy now, so not for any time.
         assert_eq!(l.busy_for(s(3000), fresh), Duration::ZERO);
         // A break (the mean falls below the threshold) starts it over.
         for t in 0..30 {
-            l.sample(s(1), s(4000 + t));
+            l.sample(s(1), s(4000 + t), fresh);
         }
         assert!(!l.busy(s(4030), fresh));
         for t in 0..30 {
-            l.sample(s(900), s(5000 + t));
+            l.sample(s(900), s(5000 + t), fresh);
         }
         let since = l.busy_for(s(6000), fresh);
         assert!(since > s(970) && since <= s(1000), "{since:?}");
+        // A gap with no reads at all is a break too: a slow read long
+        // after the last one starts the run over, though the mean never
+        // fell below the threshold.
+        l.sample(s(900), s(60_000), fresh);
+        assert!(l.busy(s(60_000), fresh));
+        assert_eq!(l.busy_for(s(60_500), fresh), s(500));
     }
 }

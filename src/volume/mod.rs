@@ -363,7 +363,8 @@ impl Volume {
     /// as the daemon sees it.
     pub(crate) fn sample_hdd_read(&self, io0: std::time::Duration) {
         let end = self.clock.io_now();
-        self.hdd_latency.sample(end.saturating_sub(io0), end);
+        self.hdd_latency
+            .sample(end.saturating_sub(io0), end, LATENCY_FRESH);
         self.hdd_foreground_done(io0);
     }
 
