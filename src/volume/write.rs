@@ -147,13 +147,22 @@ impl Volume {
         let mut logged = true;
         let notes = self.admission_notes(hint);
         for p in self.pieces(offset, data.len() as u64) {
-            logged &= self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
+            let wrote = self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
+            logged &= wrote == Wrote::Logged;
             // A write that found its extent on the HDD missed flash too:
-            // admission brings the extent up (with what the log took).
+            // admission brings the extent up (with what the log took). Not
+            // one that allocated it there: new data lands on the HDD only
+            // when the SSD has no free slot (`Volume::allocate`), nothing
+            // of it was ever on flash to miss, and admitting it would evict
+            // older data for it — one copy each way and two flushes per
+            // spilled extent, for data nobody has read (a fill past the SSD
+            // queued an admission for nearly every extent it wrote).
             if let Some(kind) = notes.filter(|_| {
-                self.slot_lock(p.extent)
-                    .try_read()
-                    .is_some_and(|g| g.as_ref().is_some_and(|m| m.loc.tier == Tier::Hdd))
+                wrote != Wrote::Allocated
+                    && self
+                        .slot_lock(p.extent)
+                        .try_read()
+                        .is_some_and(|g| g.as_ref().is_some_and(|m| m.loc.tier == Tier::Hdd))
             }) {
                 self.note_miss(p.extent, kind);
             }
@@ -171,8 +180,8 @@ impl Volume {
         Ok(())
     }
 
-    /// Write one extent's piece; `true` when all of it went to the write log.
-    fn write_piece(&self, p: Piece, data: &[u8], hint: IoHint) -> VolumeResult<bool> {
+    /// Write one extent's piece; what became of it ([`Wrote`]).
+    fn write_piece(&self, p: Piece, data: &[u8], hint: IoHint) -> VolumeResult<Wrote> {
         let (first, last) = block_span(p.start, p.len);
         {
             // Fast paths under the shared lock: every block already holds
@@ -187,7 +196,7 @@ impl Volume {
                     if r.is_ok() {
                         self.count_log_full(way);
                     }
-                    return r.map(|()| false);
+                    return r.map(|()| Wrote::Elsewhere);
                 }
                 let places: Option<Vec<(Tier, u64)>> = (first..=last)
                     .map(|b| {
@@ -205,7 +214,7 @@ impl Volume {
                         .shared_write(p.extent, (first, last), || {
                             self.write_blocks(&places, first, p.start, data)
                         })
-                        .map(|()| true);
+                        .map(|()| Wrote::Logged);
                 }
             }
         }
@@ -220,7 +229,7 @@ impl Volume {
                         .shared_write(p.extent, (first, last), || {
                             self.device_write(m.loc, p.start, data)
                         })
-                        .map(|()| false);
+                        .map(|()| Wrote::Elsewhere);
                 }
             }
         }
@@ -231,16 +240,17 @@ impl Volume {
                 let loc = self.allocate(p.extent)?;
                 let m = Mapping::plain(loc, Written::empty(self.geo.blocks_per_extent()));
                 self.write_locked(&mut guard, p, data, m, true)
-                    .map(|()| false)
+                    .map(|()| Wrote::Allocated)
             }
             Some(m) if m.loc.tier == Tier::Hdd => {
                 let way = self.log_way(&p, &m, hint);
                 self.count_log_full(way);
                 self.write_logged(&mut guard, p, data, m, way == LogWay::Take)
+                    .map(|all| if all { Wrote::Logged } else { Wrote::Elsewhere })
             }
             Some(m) => self
                 .write_locked(&mut guard, p, data, m, false)
-                .map(|()| false),
+                .map(|()| Wrote::Elsewhere),
         };
         // Even a failed write may have reached some blocks.
         self.touch(p.extent, first, last);
@@ -636,6 +646,18 @@ impl Volume {
         self.dirty[i].store(true, Ordering::Release);
         Ok(())
     }
+}
+
+/// What became of one extent's piece of a write
+/// ([`Volume::write_piece`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wrote {
+    /// All of it went to the SSD write log.
+    Logged,
+    /// The extent was unmapped: this write allocated its slot.
+    Allocated,
+    /// Anything else: in place, or in part to the HDD.
+    Elsewhere,
 }
 
 /// What the write log does with a write ([`Volume::log_way`]).
