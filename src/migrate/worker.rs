@@ -578,14 +578,7 @@ impl Migrator {
                 first.reason,
                 Reason::Hot | Reason::Near | Reason::Pin | Reason::Cold | Reason::Idle
             );
-            let busy = || {
-                vol.inflight() >= cfg.busy_inflight
-                    || (!for_use
-                        && !cfg.busy_latency.is_zero()
-                        && vol
-                            .hdd_read_latency()
-                            .is_some_and(|l| l >= cfg.busy_latency))
-            };
+            let busy = || vol.inflight() >= cfg.busy_inflight || (!for_use && vol.hdd_congested());
             self.back_off(busy, cfg.max_backoff);
             let bucket = if reserve {
                 &self.reserve_bucket

@@ -95,13 +95,7 @@ impl Migrator {
             }
             if !late {
                 self.back_off(
-                    || {
-                        vol.inflight() >= cfg.busy_inflight
-                            || (!cfg.busy_latency.is_zero()
-                                && vol
-                                    .hdd_read_latency()
-                                    .is_some_and(|l| l >= cfg.busy_latency))
-                    },
+                    || vol.inflight() >= cfg.busy_inflight || vol.hdd_congested(),
                     cfg.max_backoff,
                 );
             }
