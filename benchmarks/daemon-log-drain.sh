@@ -23,7 +23,7 @@ WRITE_LOG=${WRITE_LOG:-true}
 TIERCTL=${TIERCTL:-$(dirname "$BIN")/tierctl}
 dir=$(mktemp -d /var/tmp/logdrain.XXXX)
 "$BIN" serve --data-dir "$dir" --ssd-size "$SSD_SIZE" --hdd-size "$HDD_SIZE" \
-  --write-log "$WRITE_LOG" \
+  --write-log "$WRITE_LOG" ${SERVE_ARGS:-} \
   --listen 127.0.0.1:$PORT --metrics-listen "" --control "$dir/control.sock" >"$dir/log" 2>&1 &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT
@@ -44,7 +44,7 @@ print(f\"random 4 KiB writes over the full volume: {w['iops']:.0f} IOPS, mean {w
 for s in $(seq 0 "$IDLE"); do
   printf '%s ' "$s"
   "$TIERCTL" --control "$dir/control.sock" --json status |
-    python3 -c "import json,sys; w=json.load(sys.stdin)['write_log']; print(w['dirty_bytes'], w['written_back_bytes'], w['full'])"
+    python3 -c "import json,sys; s=json.load(sys.stdin); w=s['write_log']; print(w['dirty_bytes'], w['written_back_bytes'], w['full'], s['migration']['rounds'])"
   sleep 1
 done >"$dir/drain.txt"
 python3 - "$dir/drain.txt" <<'PY'

@@ -75,3 +75,36 @@ fn a_demotion_into_a_stale_shadow_paces_before_it_locks_the_extent() {
     .expect("demotion");
     assert_eq!(out.len(), 1, "{out:?}");
 }
+
+#[test]
+fn a_span_write_back_is_paced_for_the_blocks_it_copies_not_the_span() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = vec![0u8; vol.size() as usize];
+    // Ten of extent 0's 16 blocks in the log, from its first to its last:
+    // a span write-back reads and rewrites all 16 of the HDD to write 10.
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(1, 8 * BLK as usize));
+    const LOGGED: [u64; 10] = [0, 1, 2, 4, 6, 8, 10, 12, 14, 15];
+    for b in LOGGED {
+        put(&vol, &mut model, b * BLK, &pattern(10 + b, BLK as usize));
+    }
+    assert_eq!(logged_blocks(&vol, 0).len(), 10);
+    let mut paced = 0u64;
+    let out =
+        tierd::migrate::write_back_batch(&vol, &[0], &mut |n| paced += n).expect("write-back");
+    assert!(matches!(out[..], [(0, MoveOutcome::Moved(_))]), "{out:?}");
+    // The bucket caps bytes copied between the tiers: the ten blocks, as
+    // writing them one by one would be charged (the span's 16 blocks
+    // charged 1.6 times as much; with 1 MiB extents up to 32 times).
+    assert_eq!(paced, 10 * BLK);
+    assert!(logged_blocks(&vol, 0).is_empty());
+    for b in 0..16u64 {
+        let mut got = vec![0u8; BLK as usize];
+        vol.read(b * BLK, &mut got).expect("read");
+        assert_eq!(
+            got[..],
+            model[(b * BLK) as usize..((b + 1) * BLK) as usize],
+            "block {b}"
+        );
+    }
+}

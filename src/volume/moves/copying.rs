@@ -147,12 +147,17 @@ impl Volume {
                 // under the extent's read lock would hold its writers for
                 // the wait (on the virtual clock, forever: the blocked
                 // writer keeps the turn the wait needs).
+                // The bucket caps the bytes copied from tier to tier: a
+                // span write-back copies its logged blocks, as writing them
+                // one by one would; re-reading and re-writing the HDD
+                // around them is how it writes them (one seek and two
+                // streaming transfers where the blocks would cost a seek
+                // each), not more copying. Charged the span's length, the
+                // cheaper way was paced up to 32 times as hard: a full
+                // volume's log drained at a tenth of the cap on an idle
+                // HDD (benchmarks/daemon-log-drain.sh).
                 let span = it.before.logged.len() >= SPAN_MIN;
-                pace(if span {
-                    span_len(&it.before)
-                } else {
-                    it.runs.iter().map(|r| r.len).sum()
-                });
+                pace(it.runs.iter().map(|r| r.len).sum());
                 let guard = self.map.at(it.extent).read();
                 if guard.as_ref() != Some(&it.before) {
                     // Changed since the snapshot: its commit will see it.
