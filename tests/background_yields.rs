@@ -3,15 +3,23 @@
 //! left for a later round while the HDD served a user within
 //! `migrate.speculative-idle`, and run once it has been free that long; and
 //! the write log never takes the last few reserve slots, so a promotion can
-//! still start a swap while the log is full.
+//! still start a swap while the log is full. A user's stream of writes sent
+//! to the HDD in place is noted (`Volume::hdd_stream_idle`), and
+//! pre-cleaning that such a stream meets halfway waits for it between its
+//! copies (as do the reserve's refills and the exposure bound's copies).
+//! Once the write log is half full, write-back goes on beside users who
+//! only write, never beside readers.
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use support::*;
-use tierd::units::Reason;
-use tierd::volume::Tier;
+use tierd::device::BlockDevice;
+use tierd::store::MetaStore;
+use tierd::units::{IoHint, Reason};
+use tierd::volume::{Devices, Tier, Volume, VolumeOptions};
 
 const BLK: u64 = 4096;
 
@@ -195,4 +203,120 @@ fn a_filling_log_goes_back_beside_writers_but_not_beside_readers() {
     let r = m.run_round();
     assert!(r.written_back > 0, "{r:?}");
     assert_reads(&vol, &model, "after the write-back beside a writer");
+}
+
+/// A write hint past the test beds' sequential cutoff (4 extents).
+const STREAM: IoHint = IoHint {
+    seq_run: 4 * EXTENT + 1,
+};
+
+#[test]
+fn a_stream_sent_to_the_hdd_in_place_is_noted_and_nothing_else_is() {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let mut model = model_of(&vol);
+    for e in 0..3 {
+        hdd_extent(&vol, &mut model, e, 0, &pattern(e, EXTENT as usize));
+    }
+    // The SSD extent, written after the HDD ones were moved down.
+    vol.write(5 * EXTENT, &pattern(5, EXTENT as usize), false)
+        .expect("write");
+    assert_eq!(tier_of(&vol, 5), Some(Tier::Ssd));
+    assert_eq!(vol.hdd_stream_idle(), Duration::MAX);
+    // A random write to HDD data (the log takes it), a read of it, and a
+    // stream into the SSD extent: none of them is a stream on the HDD.
+    vol.write(EXTENT, &pattern(9, BLK as usize), false)
+        .expect("random write");
+    assert_eq!(logged_blocks(&vol, 1), vec![0]);
+    let mut buf = vec![0u8; BLK as usize];
+    vol.read(2 * EXTENT, &mut buf).expect("read");
+    vol.write_hinted(5 * EXTENT, &pattern(10, 4 * BLK as usize), false, STREAM)
+        .expect("stream to the SSD");
+    assert_eq!(vol.hdd_stream_idle(), Duration::MAX);
+    // A stream's write into HDD data goes there in place: noted now, and
+    // its age grows with the clock until the next one.
+    vol.write_hinted(2 * EXTENT, &pattern(11, 4 * BLK as usize), false, STREAM)
+        .expect("stream to the HDD");
+    assert!(logged_blocks(&vol, 2).is_empty());
+    assert_eq!(vol.hdd_stream_idle(), Duration::ZERO);
+    bed.clock.advance(Duration::from_millis(300));
+    assert_eq!(vol.hdd_stream_idle(), Duration::from_millis(300));
+    vol.write_hinted(
+        2 * EXTENT + 4 * BLK,
+        &pattern(12, 4 * BLK as usize),
+        false,
+        STREAM,
+    )
+    .expect("stream to the HDD");
+    assert_eq!(vol.hdd_stream_idle(), Duration::ZERO);
+}
+
+/// A pre-cleaning batch of two SSD extents (not neighbours on the SSD,
+/// so two copies), started with the HDD free of users; the test holds its
+/// first write to the HDD and, with `stream`, sends a user's stream write
+/// to the HDD meanwhile. Returns the round's report and the seconds the
+/// migrator backed off.
+fn preclean_met_by(stream: bool) -> (tierd::migrate::RoundReport, f64) {
+    let bed = Bed::new(8, 16, 2);
+    // The first extent-sized write to the HDD once armed: a copy.
+    let gate = Gate::new(bed.hdd.clone(), |len, _| len == EXTENT as usize);
+    let devices = Devices {
+        ssd: bed.ssd.clone() as Arc<dyn BlockDevice>,
+        hdd: gate.clone() as Arc<dyn BlockDevice>,
+    };
+    let store: Arc<dyn MetaStore> = bed.store.clone();
+    let opts = VolumeOptions {
+        heat: bed.heat,
+        clock: bed.clock.clone(),
+        ..Default::default()
+    };
+    let vol = Arc::new(Volume::open_with(devices, store, opts).expect("open"));
+    let mut model = model_of(&vol);
+    for e in 0..3 {
+        put(&vol, &mut model, e * EXTENT, &pattern(e, EXTENT as usize));
+    }
+    vol.flush().expect("flush");
+    // Extent 1 goes down: 0 and 2 stay on the SSD, a slot apart.
+    migrate(&vol, 1, Tier::Hdd);
+    assert_eq!(tier_of(&vol, 0), Some(Tier::Ssd));
+    assert_eq!(tier_of(&vol, 2), Some(Tier::Ssd));
+    let m = Arc::new(bed.migrator(&vol));
+    bed.clock.advance(Duration::from_secs(1));
+    gate.arm();
+    let round = {
+        let m = m.clone();
+        std::thread::spawn(move || m.run_round())
+    };
+    gate.wait_held();
+    if stream {
+        // Extent 1's blocks, in place on the HDD.
+        let data = pattern(30, 4 * BLK as usize);
+        vol.write_hinted(EXTENT, &data, false, STREAM)
+            .expect("stream write");
+        model[EXTENT as usize..][..data.len()].copy_from_slice(&data);
+        assert!(logged_blocks(&vol, 1).is_empty());
+    }
+    gate.release();
+    let r = round.join().expect("round");
+    assert_reads(&vol, &model, "after pre-cleaning");
+    (r, m.progress().backoff_secs)
+}
+
+#[test]
+fn pre_cleaning_waits_between_its_copies_for_a_users_stream_on_the_hdd() {
+    // Alone, the batch goes at once.
+    let (r, waited) = preclean_met_by(false);
+    assert_eq!(r.precleaned, 2, "{r:?}");
+    assert_eq!(waited, 0.0);
+    // A stream comes while the first copy is under way: the second copy
+    // waits until the stream has been quiet for `speculative-idle`.
+    let (r, waited) = preclean_met_by(true);
+    assert_eq!(r.precleaned, 2, "{r:?}");
+    let idle = tierd::migrate::MigrateConfig::default()
+        .speculative_idle
+        .as_secs_f64();
+    assert!(
+        waited >= idle - 1e-9 && waited < idle + 0.05,
+        "backed off {waited} s, the window is {idle} s"
+    );
 }

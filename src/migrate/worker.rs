@@ -578,7 +578,13 @@ impl Migrator {
                 first.reason,
                 Reason::Hot | Reason::Near | Reason::Pin | Reason::Cold | Reason::Idle
             );
-            let busy = || vol.inflight() >= cfg.busy_inflight || (!for_use && vol.hdd_congested());
+            // The other moves yield to a user's stream of writes to the
+            // HDD as well, before the batch and between its copies
+            // (`Migrator::hdd_streaming`).
+            let busy = || {
+                vol.inflight() >= cfg.busy_inflight
+                    || (!for_use && (vol.hdd_congested() || self.hdd_streaming(&cfg)))
+            };
             self.back_off(busy, cfg.max_backoff);
             let bucket = if reserve {
                 &self.reserve_bucket
@@ -586,7 +592,12 @@ impl Migrator {
                 &self.bucket
             };
             let mut waited = Duration::ZERO;
-            let mut pace = |n: u64| waited += self.pace(bucket, n);
+            let mut pace = |n: u64| {
+                if !for_use {
+                    self.yield_to_streams(&cfg);
+                }
+                waited += self.pace(bucket, n);
+            };
             let t0 = vol.clock().io_now();
             // While admitted extents keep their HDD copies, the reserve is
             // covered by cleaning, not by demoting: an extent given a clean
@@ -678,6 +689,30 @@ impl Migrator {
     /// filling up, pre-cleaning) runs only then.
     fn hdd_free_of_users(&self, cfg: &MigrateConfig) -> bool {
         cfg.speculative_idle.is_zero() || self.vol.hdd_foreground_idle() >= cfg.speculative_idle
+    }
+
+    /// Whether a user's sequential stream has sent a write to the HDD in
+    /// place within `speculative-idle` ([`Volume::hdd_stream_idle`]; the
+    /// window in which the HDD counts as still serving a user). The disk
+    /// streams those writes from its write cache only while its mechanism
+    /// keeps up; a copy queued in front of them makes each wait for it,
+    /// where a copy written a moment later costs the stream nothing. So the
+    /// copies that may wait hold back while it lasts, before each copy of
+    /// a batch, as they hold back for the users' queueing reads: refills
+    /// and cleaning of the reserve, pre-cleaning, the exposure bound's
+    /// copies not yet late. Not the moves for the data in use (what the
+    /// users' misses wait for), nor the write-back of the log (it starts
+    /// only while the HDD is free of users; held mid-group it moved no
+    /// verdict and slowed sequential writes, docs/tiering.md).
+    fn hdd_streaming(&self, cfg: &MigrateConfig) -> bool {
+        !cfg.speculative_idle.is_zero() && self.vol.hdd_stream_idle() < cfg.speculative_idle
+    }
+
+    /// Wait while a user's stream goes to the HDD ([`Migrator::hdd_streaming`]),
+    /// at most `max-backoff`: called before each copy of work that may
+    /// wait, outside the extents' locks (where the pacing is).
+    fn yield_to_streams(&self, cfg: &MigrateConfig) {
+        self.back_off(|| self.hdd_streaming(cfg), cfg.max_backoff);
     }
 
     /// Take `bytes` from `bucket` and sleep for the wait it says. Called

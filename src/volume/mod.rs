@@ -230,6 +230,9 @@ pub struct Volume {
     /// When a foreground write last took a slot for new data (volume
     /// clock, ns; `u64::MAX`: never).
     new_data_at: std::sync::atomic::AtomicU64,
+    /// When a user's sequential stream last sent a write to the HDD in
+    /// place (volume clock, ns; `u64::MAX`: never).
+    hdd_stream_at: std::sync::atomic::AtomicU64,
     /// Admission at the miss: its order and its candidates.
     admission: admit::Admission,
     /// Counters for metrics.
@@ -397,6 +400,39 @@ impl Volume {
                 .clock
                 .now()
                 .saturating_sub(std::time::Duration::from_nanos(at)),
+        }
+    }
+
+    /// How long since a user's sequential stream last sent a write to the
+    /// HDD in place (a write to an HDD extent that the write log left to
+    /// the HDD because it continues a long stream, `Volume::log_way`), on
+    /// the volume's clock; `Duration::MAX` if none has since the volume
+    /// opened. Such a stream runs at the disk's streaming speed only while
+    /// the disk's write cache takes its writes, which it stops doing once
+    /// the mechanism falls behind: the tiers' own copies queued in front of
+    /// it make each of its writes wait for them. The migrator yields to it
+    /// ([`crate::migrate::Migrator`]).
+    pub fn hdd_stream_idle(&self) -> std::time::Duration {
+        match self
+            .hdd_stream_at
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            u64::MAX => std::time::Duration::MAX,
+            at => self
+                .clock
+                .now()
+                .saturating_sub(std::time::Duration::from_nanos(at)),
+        }
+    }
+
+    /// Note a user's stream write going to the HDD in place now (for
+    /// [`Volume::hdd_stream_idle`]).
+    pub(crate) fn hdd_stream_now(&self) {
+        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
+            self.hdd_stream_at.store(
+                self.clock.now().as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
     }
 

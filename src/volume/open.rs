@@ -465,6 +465,7 @@ impl Volume {
             hdd_read_at: std::sync::atomic::AtomicU64::new(0),
             ledger,
             new_data_at: std::sync::atomic::AtomicU64::new(u64::MAX),
+            hdd_stream_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             // Off until the migrator's `migrate.admission` turns it on.
             admission: super::admit::Admission::new(logical),
             stats: Stats::default(),

@@ -93,11 +93,14 @@ impl Volume {
     /// aligned, as Iometer's 512-byte-aligned 8 KiB writes are, slower than
     /// the write it saves).
     /// The cheap checks come first; the room check takes the log's lock.
+    /// A stream's write that this leaves to the HDD is noted as one
+    /// ([`Volume::hdd_stream_idle`]).
     fn log_way(&self, p: &Piece, m: &Mapping, hint: IoHint) -> LogWay {
-        if m.loc.tier != Tier::Hdd
+        let stream = m.loc.tier == Tier::Hdd && self.heat.is_sequential(hint);
+        let way = if m.loc.tier != Tier::Hdd
             || !self.log_enabled.load(Ordering::Relaxed)
             || self.evacuating() == Some(Tier::Ssd)
-            || (self.heat.is_sequential(hint) && !self.hdd_congested())
+            || (stream && !self.hdd_congested())
             || self.pin_of(p.extent) == Some(Tier::Hdd)
         {
             LogWay::No
@@ -107,7 +110,11 @@ impl Volume {
             LogWay::No
         } else {
             LogWay::Take
+        };
+        if stream && way != LogWay::Take {
+            self.hdd_stream_now();
         }
+        way
     }
 
     /// Whether the write log may find a place: a free one, room for a

@@ -95,11 +95,18 @@ impl Migrator {
             }
             if !late {
                 self.back_off(
-                    || vol.inflight() >= cfg.busy_inflight || vol.hdd_congested(),
+                    || {
+                        vol.inflight() >= cfg.busy_inflight
+                            || vol.hdd_congested()
+                            || self.hdd_streaming(cfg)
+                    },
                     cfg.max_backoff,
                 );
             }
             let mut pace = |n: u64| {
+                if !late {
+                    self.yield_to_streams(cfg);
+                }
                 self.pace(&self.bucket, n);
             };
             let mut count = |what: &str, r: VolumeResult<Vec<(u64, MoveOutcome)>>, n| {
@@ -274,6 +281,7 @@ impl Migrator {
             return false;
         }
         let mut pace = |n: u64| {
+            self.yield_to_streams(cfg);
             self.pace(&self.bucket, n);
         };
         match copy::preclean_batch(vol, &batch, &mut pace) {
@@ -372,6 +380,10 @@ impl Migrator {
             if !beside {
                 self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
             }
+            // No wait for a user's stream that comes during the group
+            // (`Migrator::hdd_streaming`): tried, it moved no verdict of the
+            // trace grid and slowed the quick run's sequential writes
+            // (docs/tiering.md, "Where the remaining stream writes wait").
             let mut pace = |n: u64| {
                 self.pace(&self.reserve_bucket, n);
             };
