@@ -7,8 +7,6 @@
 //! to the HDD in place is noted (`Volume::hdd_stream_idle`), and
 //! pre-cleaning that such a stream meets halfway waits for it between its
 //! copies (as do the reserve's refills and the exposure bound's copies).
-//! Once the write log is half full, write-back goes on beside users who
-//! only write, never beside readers.
 
 mod support;
 
@@ -145,64 +143,6 @@ fn the_write_log_leaves_the_last_reserve_slots_alone() {
     );
     assert!(tierd::volume::Stats::get(&vol.stats().log_full) > 0);
     assert_reads(&vol, &model, "with the log full");
-}
-
-#[test]
-fn a_filling_log_goes_back_beside_writers_but_not_beside_readers() {
-    let bed = Bed::new(8, 32, 4);
-    let vol = bed.open();
-    let m = bed.migrator(&vol);
-    let mut model = model_of(&vol);
-    for e in 0..8 {
-        hdd_extent(&vol, &mut model, e, 0, &pattern(1 + e, EXTENT as usize));
-    }
-    // Extent 7 stays on the HDD: a write there goes in place, a user of
-    // the HDD who only writes.
-    vol.pin(7 * EXTENT, EXTENT, Some(Tier::Hdd)).expect("pin");
-    let cap = u64::from(vol.log_usage().cap);
-    assert!(cap >= 1);
-    // Past half the log's places, in blocks 1.. of extents 0..6 (block 0
-    // of each stays on the HDD for the readers).
-    let per_segment = EXTENT / BLK;
-    let want = cap * per_segment / 2 + 1;
-    let mut n = 0;
-    'fill: for b in 1..per_segment {
-        for e in 0..6u64 {
-            if n == want {
-                break 'fill;
-            }
-            put(
-                &vol,
-                &mut model,
-                e * EXTENT + b * BLK,
-                &pattern(50 + n, BLK as usize),
-            );
-            n += 1;
-        }
-    }
-    assert_eq!(n, want);
-    assert!(vol.log_filling(), "{:?}", vol.log_usage());
-    // A user reads the HDD just before each round: write-back waits, even
-    // with the log filling (a read queued behind it would wait for it).
-    for k in 0..3 {
-        bed.clock.advance(Duration::from_secs(1));
-        user_reads(&vol, k % 6);
-        let r = m.run_round();
-        assert_eq!(r.written_back, 0, "{r:?}");
-    }
-    // A user writes to the HDD in place just before the round, nobody has
-    // read it for a second: the filling log goes back beside the writer.
-    bed.clock.advance(Duration::from_secs(1));
-    put(
-        &vol,
-        &mut model,
-        7 * EXTENT + BLK,
-        &pattern(99, BLK as usize),
-    );
-    assert!(vol.hdd_foreground_idle() < Duration::from_millis(1));
-    let r = m.run_round();
-    assert!(r.written_back > 0, "{r:?}");
-    assert_reads(&vol, &model, "after the write-back beside a writer");
 }
 
 /// A write hint past the test beds' sequential cutoff (4 extents).

@@ -46,15 +46,6 @@ pub struct LogUsage {
     pub places: u64,
 }
 
-impl LogUsage {
-    /// Whether at least half the places the log may hold (`cap` segments)
-    /// are in use.
-    pub fn half_full(&self) -> bool {
-        let per_segment = self.places / u64::from(self.segments.max(1));
-        self.used > 0 && self.used * 2 >= u64::from(self.cap) * per_segment
-    }
-}
-
 /// Segments the log may hold with a reserve of `reserve` slots: all but a
 /// few (an eighth, at most [`SWAP_ROOM`]). On a full volume the log's
 /// segments can only come out of the reserve, and with none of it left
@@ -227,24 +218,6 @@ impl WriteLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn half_full_counts_against_the_cap_not_the_segments_held() {
-        let u = |segments, cap, used| LogUsage {
-            segments,
-            cap,
-            used,
-            places: u64::from(segments) * 16,
-        };
-        // One segment of 16 places held, the cap 4 segments: 32 is half.
-        assert!(!u(1, 4, 16).half_full());
-        assert!(!u(2, 4, 31).half_full());
-        assert!(u(2, 4, 32).half_full());
-        assert!(u(4, 4, 64).half_full());
-        // Empty: never, whatever the cap.
-        assert!(!u(0, 0, 0).half_full());
-        assert!(!u(1, 0, 0).half_full());
-    }
 
     #[test]
     fn segments_come_from_free_ssd_slots_and_go_back_when_empty() {

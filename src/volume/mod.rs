@@ -222,9 +222,6 @@ pub struct Volume {
     hdd_latency: io::Latency,
     /// When the HDD last served foreground I/O (ns on the volume's clock).
     hdd_fg_at: std::sync::atomic::AtomicU64,
-    /// When a foreground HDD read last ended (ns on the volume's clock;
-    /// 0: none yet).
-    hdd_read_at: std::sync::atomic::AtomicU64,
     /// The ledger of HDD time: what placement spends, what flash saves.
     ledger: ledger::Ledger,
     /// When a foreground write last took a slot for new data (volume
@@ -371,24 +368,7 @@ impl Volume {
         let end = self.clock.io_now();
         self.hdd_latency
             .sample(end.saturating_sub(io0), end, LATENCY_FRESH);
-        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
-            self.hdd_read_at.store(
-                self.clock.now().as_nanos() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
         self.hdd_foreground_done(io0);
-    }
-
-    /// Time since a user's read was last served by the HDD (since the
-    /// volume opened, if none was): writes in place and the write log's
-    /// intake do not count, so work that only competes with writers for
-    /// the HDD can tell that no reader waits behind it.
-    pub fn hdd_reads_idle(&self) -> std::time::Duration {
-        let last = self.hdd_read_at.load(std::sync::atomic::Ordering::Relaxed);
-        self.clock
-            .now()
-            .saturating_sub(std::time::Duration::from_nanos(last))
     }
 
     /// How long since a foreground write last took a slot for new data, on
@@ -632,15 +612,6 @@ impl Volume {
     /// How full the write log is.
     pub fn log_usage(&self) -> LogUsage {
         self.log.usage()
-    }
-
-    /// Whether the write log is filling: half of what it may hold is in
-    /// use, or it has no room for another block (on a full volume its
-    /// segments come only out of free SSD slots, so it can run out short
-    /// of its cap).
-    pub fn log_filling(&self) -> bool {
-        let u = self.log.usage();
-        u.used > 0 && (u.half_full() || !self.log_room())
     }
 
     /// The reserve while the volume runs: the SSD slots kept free. It

@@ -462,7 +462,6 @@ impl Volume {
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
             hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
-            hdd_read_at: std::sync::atomic::AtomicU64::new(0),
             ledger,
             new_data_at: std::sync::atomic::AtomicU64::new(u64::MAX),
             hdd_stream_at: std::sync::atomic::AtomicU64::new(u64::MAX),

@@ -119,7 +119,7 @@ impl Volume {
 
     /// Whether the write log may find a place: a free one, room for a
     /// segment, or clean shadows to evict for one.
-    pub(super) fn log_room(&self) -> bool {
+    fn log_room(&self) -> bool {
         self.log.may_take(&self.alloc)
             || (self.log.may_grow() && self.clean_shadows.load(Ordering::Relaxed))
     }

@@ -306,20 +306,11 @@ impl Migrator {
         }
     }
 
-    /// Whether write-back may run beside users: the log is filling and
-    /// no user has read from the HDD for `speculative-idle`.
-    fn beside_writers(&self, cfg: &MigrateConfig) -> bool {
-        self.vol.log_filling()
-            && (cfg.speculative_idle.is_zero() || self.vol.hdd_reads_idle() >= cfg.speculative_idle)
-    }
-
     /// Write logged blocks back from the SSD write log, in HDD order, so the
     /// log has room for the next burst: at once while the SSD drains (four
-    /// batches a round), else while the HDD serves no user
+    /// batches a round), else only while the HDD serves no user
     /// (`speculative-idle`; a few extents at a time, so users coming back
-    /// are seen soon), or, once the log is filling, beside users who are
-    /// not reading from the HDD (the extents with the most logged blocks
-    /// first). Paced by the bucket.
+    /// are seen soon). Paced by the bucket.
     pub(super) fn write_back(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
         let vol = &self.vol;
         let usage = vol.log_usage();
@@ -328,23 +319,14 @@ impl Migrator {
         }
         // Draining the SSD empties the log as fast as the budget allows.
         let urgent = vol.evacuating() == Some(Tier::Ssd);
-        // Else while the HDD serves no user: writing a block back costs
-        // the HDD what writing it in place would have, so doing it beside
-        // readers only slows them down (a full log sends new writes
+        // Else only while the HDD serves no user: writing a block back
+        // costs the HDD what writing it in place would have, so doing it
+        // beside users only slows them down (a full log sends new writes
         // to the HDD in place, as the HDD alone would take them, and it
         // never takes the last few reserve slots, so swaps go on:
         // `log::cap_for`).
         let idle = vol.inflight() == 0 && self.hdd_free_of_users(cfg);
-        // Beside writers, once the log is filling: users who only write
-        // lose nothing to write-back (their writes land in the log, or in
-        // place once it is full, where write-back's sorted, merged blocks
-        // cost the HDD less per block than theirs), and without it a
-        // sustained write load fills the log once and then writes in place
-        // for as long as it lasts, since the HDD is never free of users.
-        // Not while a user has read from the HDD lately: a read queued
-        // behind write-back waits for it.
-        let beside = !urgent && !idle && self.beside_writers(cfg);
-        if !urgent && !idle && !beside {
+        if !urgent && !idle {
             return;
         }
         // While the SSD drains, full batches; else a few extents at a time
@@ -362,24 +344,17 @@ impl Migrator {
                 .load(Ordering::Relaxed)
                 .clamp(1, cfg.batch.max(1))
         };
-        let take = cfg.batch.max(1) * if urgent { 4 } else { 1 };
-        let mut logged = vol.logged_extents();
-        if beside {
-            // The most blocks for each seek first, then in HDD order.
-            logged.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
-            logged.truncate(take);
-            logged.sort_by_key(|&(e, _)| vol.mapping(e).map(|m| m.loc.slot));
-        }
-        let extents: Vec<u64> = logged.into_iter().map(|(e, _)| e).take(take).collect();
+        let extents: Vec<u64> = vol
+            .logged_extents()
+            .into_iter()
+            .map(|(e, _)| e)
+            .take(cfg.batch.max(1) * if urgent { 4 } else { 1 })
+            .collect();
         for batch in extents.chunks(group) {
-            let may_go =
-                urgent || self.hdd_free_of_users(cfg) || (beside && self.beside_writers(cfg));
-            if self.paused() || !may_go {
+            if self.paused() || (!urgent && !self.hdd_free_of_users(cfg)) {
                 break;
             }
-            if !beside {
-                self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
-            }
+            self.back_off(|| vol.inflight() >= cfg.busy_inflight, cfg.max_backoff);
             // No wait for a user's stream that comes during the group
             // (`Migrator::hdd_streaming`): tried, it moved no verdict of the
             // trace grid and slowed the quick run's sequential writes
@@ -390,9 +365,7 @@ impl Migrator {
             let t0 = vol.clock().io_now();
             let sync0 = vol.stats().move_sync_ns.load(Ordering::Relaxed);
             let result = copy::write_back_batch(vol, batch, &mut pace);
-            // Groups are sized on an idle HDD: beside users a group's time
-            // is mostly their queue's.
-            if idle {
+            if !urgent {
                 let took = vol.clock().io_now().saturating_sub(t0).as_nanos() as u64;
                 let syncs = vol.stats().move_sync_ns.load(Ordering::Relaxed) - sync0;
                 if let Some(n) = write_back_group(batch.len(), took, syncs, cfg.batch) {
