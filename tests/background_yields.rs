@@ -15,9 +15,8 @@ use std::time::Duration;
 
 use support::*;
 use tierd::device::BlockDevice;
-use tierd::store::MetaStore;
 use tierd::units::{IoHint, Reason};
-use tierd::volume::{Devices, Tier, Volume, VolumeOptions};
+use tierd::volume::{Devices, Tier};
 
 const BLK: u64 = 4096;
 
@@ -204,13 +203,7 @@ fn preclean_met_by(stream: bool) -> (tierd::migrate::RoundReport, f64) {
         ssd: bed.ssd.clone() as Arc<dyn BlockDevice>,
         hdd: gate.clone() as Arc<dyn BlockDevice>,
     };
-    let store: Arc<dyn MetaStore> = bed.store.clone();
-    let opts = VolumeOptions {
-        heat: bed.heat,
-        clock: bed.clock.clone(),
-        ..Default::default()
-    };
-    let vol = Arc::new(Volume::open_with(devices, store, opts).expect("open"));
+    let vol = bed.open_on(devices);
     let mut model = model_of(&vol);
     for e in 0..3 {
         put(&vol, &mut model, e * EXTENT, &pattern(e, EXTENT as usize));

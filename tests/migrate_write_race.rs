@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 use support::*;
 use tierd::device::BlockDevice;
-use tierd::store::MetaStore;
 use tierd::units::Reason;
-use tierd::volume::{Devices, MoveOutcome, Tier, Volume, VolumeOptions};
+use tierd::volume::{Devices, MoveOutcome, Tier};
 
 #[test]
 fn no_write_is_lost_or_torn_while_its_extent_moves() {
@@ -137,13 +136,7 @@ fn a_write_held_after_its_first_bump_is_not_lost_by_a_migration() {
         ssd: gate.clone() as Arc<dyn BlockDevice>,
         hdd: bed.hdd.clone() as Arc<dyn BlockDevice>,
     };
-    let store: Arc<dyn MetaStore> = bed.store.clone();
-    let opts = VolumeOptions {
-        heat: bed.heat,
-        clock: bed.clock.clone(),
-        ..Default::default()
-    };
-    let vol = Arc::new(Volume::open_with(devices, store, opts).expect("open"));
+    let vol = bed.open_on(devices);
     vol.write(0, &pattern(1, EXTENT as usize), false)
         .expect("fill");
     vol.flush().expect("flush");

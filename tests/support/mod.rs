@@ -62,13 +62,19 @@ impl Bed {
     }
 
     pub fn open(&self) -> Arc<Volume> {
+        self.open_on(self.devices())
+    }
+
+    /// Open the volume on `devices` (the bed's own, or one of them wrapped
+    /// to fail or stop on cue) with the bed's store, heat and clock.
+    pub fn open_on(&self, devices: Devices) -> Arc<Volume> {
         let opts = VolumeOptions {
             heat: self.heat,
             clock: self.clock.clone(),
             ..Default::default()
         };
         let store: Arc<dyn MetaStore> = self.store.clone();
-        Arc::new(Volume::open_with(self.devices(), store, opts).expect("open"))
+        Arc::new(Volume::open_with(devices, store, opts).expect("open"))
     }
 
     /// Lose everything not flushed, on both devices and the store.
