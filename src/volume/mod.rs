@@ -25,6 +25,7 @@ mod pins;
 mod placement;
 mod replace;
 mod space;
+mod stamp;
 mod stats;
 mod superblock;
 mod write;
@@ -221,15 +222,15 @@ pub struct Volume {
     /// Smoothed latency of foreground HDD reads.
     hdd_latency: io::Latency,
     /// When the HDD last served foreground I/O (ns on the volume's clock).
-    hdd_fg_at: std::sync::atomic::AtomicU64,
+    hdd_fg_at: stamp::Stamp,
     /// The ledger of HDD time: what placement spends, what flash saves.
     ledger: ledger::Ledger,
     /// When a foreground write last took a slot for new data (volume
     /// clock, ns; `u64::MAX`: never).
-    new_data_at: std::sync::atomic::AtomicU64,
+    new_data_at: stamp::Stamp,
     /// When a user's sequential stream last sent a write to the HDD in
     /// place (volume clock, ns; `u64::MAX`: never).
-    hdd_stream_at: std::sync::atomic::AtomicU64,
+    hdd_stream_at: stamp::Stamp,
     /// Admission at the miss: its order and its candidates.
     admission: admit::Admission,
     /// Counters for metrics.
@@ -326,20 +327,12 @@ impl Volume {
     /// write in place), on the volume's clock; since the volume opened if
     /// never.
     pub fn hdd_foreground_idle(&self) -> std::time::Duration {
-        let last = self.hdd_fg_at.load(std::sync::atomic::Ordering::Relaxed);
-        self.clock
-            .now()
-            .saturating_sub(std::time::Duration::from_nanos(last))
+        self.hdd_fg_at.since(self.clock.as_ref())
     }
 
     /// Note foreground I/O on the HDD now (for [`Volume::hdd_foreground_idle`]).
     pub(crate) fn hdd_foreground_now(&self) {
-        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
-            self.hdd_fg_at.store(
-                self.clock.now().as_nanos() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
+        self.hdd_fg_at.note(self.clock.as_ref());
     }
 
     /// Note foreground I/O on the HDD that began at `t0` and ended now:
@@ -348,9 +341,7 @@ impl Volume {
     /// [`crate::clock::Clock::io_now`]'s scale.
     pub(crate) fn hdd_foreground_done(&self, t0: std::time::Duration) {
         if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
-            let now = self.clock.now();
-            self.hdd_fg_at
-                .store(now.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+            self.hdd_fg_at.note(self.clock.as_ref());
             self.ledger.hdd_foreground(t0, self.clock.io_now());
         }
     }
@@ -374,13 +365,7 @@ impl Volume {
     /// How long since a foreground write last took a slot for new data, on
     /// the volume's clock (`Duration::MAX` if none has since it opened).
     pub fn new_data_idle(&self) -> std::time::Duration {
-        match self.new_data_at.load(std::sync::atomic::Ordering::Relaxed) {
-            u64::MAX => std::time::Duration::MAX,
-            at => self
-                .clock
-                .now()
-                .saturating_sub(std::time::Duration::from_nanos(at)),
-        }
+        self.new_data_at.since(self.clock.as_ref())
     }
 
     /// How long since a user's sequential stream last sent a write to the
@@ -393,37 +378,18 @@ impl Volume {
     /// it make each of its writes wait for them. The migrator yields to it
     /// ([`crate::migrate::Migrator`]).
     pub fn hdd_stream_idle(&self) -> std::time::Duration {
-        match self
-            .hdd_stream_at
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            u64::MAX => std::time::Duration::MAX,
-            at => self
-                .clock
-                .now()
-                .saturating_sub(std::time::Duration::from_nanos(at)),
-        }
+        self.hdd_stream_at.since(self.clock.as_ref())
     }
 
     /// Note a user's stream write going to the HDD in place now (for
     /// [`Volume::hdd_stream_idle`]).
     pub(crate) fn hdd_stream_now(&self) {
-        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
-            self.hdd_stream_at.store(
-                self.clock.now().as_nanos() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
+        self.hdd_stream_at.note(self.clock.as_ref());
     }
 
     /// Note new data landing now (for [`Volume::new_data_idle`]).
     pub(crate) fn new_data_now(&self) {
-        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
-            self.new_data_at.store(
-                self.clock.now().as_nanos() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
-        }
+        self.new_data_at.note(self.clock.as_ref());
     }
 
     /// The ledger of HDD time (see `ledger`): what admissions and the

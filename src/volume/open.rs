@@ -461,10 +461,10 @@ impl Volume {
             moves: Mutex::new(HashMap::new()),
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
-            hdd_fg_at: std::sync::atomic::AtomicU64::new(0),
+            hdd_fg_at: super::stamp::Stamp::at_zero(),
             ledger,
-            new_data_at: std::sync::atomic::AtomicU64::new(u64::MAX),
-            hdd_stream_at: std::sync::atomic::AtomicU64::new(u64::MAX),
+            new_data_at: super::stamp::Stamp::never(),
+            hdd_stream_at: super::stamp::Stamp::never(),
             // Off until the migrator's `migrate.admission` turns it on.
             admission: super::admit::Admission::new(logical),
             stats: Stats::default(),
