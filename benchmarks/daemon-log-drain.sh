@@ -12,6 +12,10 @@
 # SSD_SIZE and HDD_SIZE set the images (default 1GiB and 8GiB); IDLE the
 # seconds watched (default 60); WRITE_LOG=false runs the same writes with
 # the write log off (the baseline the log must never be slower than). TIERCTL names tierctl (default beside tierd).
+# SERVE_ARGS adds flags to `tierd serve` (split on spaces), e.g.
+# SERVE_ARGS="--migrate.bandwidth 1GiB". Each idle second's line in
+# drain.txt: seconds, dirty bytes, written-back bytes, found-full count,
+# migration rounds so far.
 set -eu
 BIN=${1:-target/release/tierd}
 RUNTIME=${RUNTIME:-60}
@@ -22,6 +26,7 @@ HDD_SIZE=${HDD_SIZE:-8GiB}
 WRITE_LOG=${WRITE_LOG:-true}
 TIERCTL=${TIERCTL:-$(dirname "$BIN")/tierctl}
 dir=$(mktemp -d /var/tmp/logdrain.XXXX)
+# shellcheck disable=SC2086 # SERVE_ARGS is a list of arguments
 "$BIN" serve --data-dir "$dir" --ssd-size "$SSD_SIZE" --hdd-size "$HDD_SIZE" \
   --write-log "$WRITE_LOG" ${SERVE_ARGS:-} \
   --listen 127.0.0.1:$PORT --metrics-listen "" --control "$dir/control.sock" >"$dir/log" 2>&1 &
