@@ -6,6 +6,7 @@
 //! extent map (logical extent index → encoded extent record). The store is
 //! versioned by the [`FORMAT_VERSION_KEY`] key.
 
+mod groups;
 mod mem;
 mod sled_store;
 

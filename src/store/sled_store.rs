@@ -2,9 +2,16 @@
 
 use std::path::Path;
 
+use super::groups::{decode_group, encode_group, group_key, read_key, set_entry, GROUP};
 use super::{MetaStore, StoreResult};
 
-/// A sled database with a tree for volume keys and one for extents.
+/// The tree of extent groups.
+const GROUPS_TREE: &str = "extent-groups";
+/// The tree of one record per extent, before extents were grouped.
+const LEGACY_TREE: &str = "extents";
+
+/// A sled database with a tree for volume keys and one for extent records,
+/// kept [`GROUP`] extents to a sled record (`groups.rs` says why and how).
 ///
 /// sled's periodic background flush is switched off: metadata reaches disk
 /// when tierd flushes it, after the data it describes.
@@ -20,7 +27,7 @@ use super::{MetaStore, StoreResult};
 /// file, which sled never syncs either.
 pub struct SledStore {
     db: sled::Db,
-    extents: sled::Tree,
+    groups: sled::Tree,
     /// sled's log file, synced after each flush.
     log: std::fs::File,
 }
@@ -68,7 +75,7 @@ impl SledStore {
                 r => break r?,
             }
         };
-        let extents = db.open_tree("extents")?;
+        let groups = db.open_tree(GROUPS_TREE)?;
         // sled writes its configuration and creates its log without syncing
         // either, or the directory naming them.
         let conf = dir.join("conf");
@@ -78,7 +85,65 @@ impl SledStore {
         let log = std::fs::File::open(dir.join("db"))?;
         log.sync_all()?;
         std::fs::File::open(dir)?.sync_all()?;
-        Ok(SledStore { db, extents, log })
+        let store = SledStore { db, groups, log };
+        store.adopt_legacy()?;
+        Ok(store)
+    }
+
+    /// Move the records of a store written before extents were grouped
+    /// (one sled record per extent, in the `extents` tree) into groups.
+    ///
+    /// Crash-safe by order: the groups are written and made durable
+    /// before the old tree is emptied, and a store reopened in between
+    /// adopts the same records again (nothing else writes before this
+    /// returns).
+    fn adopt_legacy(&self) -> StoreResult<()> {
+        if !self
+            .db
+            .tree_names()
+            .iter()
+            .any(|n| n.as_ref() == LEGACY_TREE.as_bytes())
+        {
+            return Ok(());
+        }
+        let legacy = self.db.open_tree(LEGACY_TREE)?;
+        if legacy.is_empty() {
+            return Ok(());
+        }
+        let mut moved = 0u64;
+        for item in legacy.iter() {
+            let (k, v) = item?;
+            self.put_extent(read_key(&k)?, &v)?;
+            moved += 1;
+        }
+        self.flush()?;
+        legacy.clear()?;
+        self.flush()?;
+        tracing::info!(records = moved, "metadata store: extent records grouped");
+        Ok(())
+    }
+
+    /// Replace (`Some`) or remove (`None`) one extent's entry in its
+    /// group, retrying when another thread changed the group meanwhile.
+    fn splice(&self, index: u64, record: Option<&[u8]>) -> StoreResult<()> {
+        let key = group_key(index);
+        let mut old = self.groups.get(key)?;
+        loop {
+            let mut entries = match &old {
+                Some(v) => decode_group(index / GROUP, v)?,
+                None => Vec::new(),
+            };
+            set_entry(&mut entries, index, record);
+            let new = if entries.is_empty() {
+                None
+            } else {
+                Some(encode_group(&entries)?)
+            };
+            match self.groups.compare_and_swap(key, old.as_ref(), new)? {
+                Ok(()) => return Ok(()),
+                Err(e) => old = e.current,
+            }
+        }
     }
 
     /// Whether `dir` already holds a sled database.
@@ -99,24 +164,19 @@ impl MetaStore for SledStore {
 
     fn load_extents(&self) -> StoreResult<Vec<(u64, Vec<u8>)>> {
         let mut out = Vec::new();
-        for item in self.extents.iter() {
+        for item in self.groups.iter() {
             let (k, v) = item?;
-            let key: [u8; 8] = k.as_ref().try_into().map_err(|_| {
-                super::StoreError::Backend(format!("extent key of {} bytes", k.len()))
-            })?;
-            out.push((u64::from_be_bytes(key), v.to_vec()));
+            out.extend(decode_group(read_key(&k)?, &v)?);
         }
         Ok(out)
     }
 
     fn put_extent(&self, index: u64, record: &[u8]) -> StoreResult<()> {
-        self.extents.insert(index.to_be_bytes(), record)?;
-        Ok(())
+        self.splice(index, Some(record))
     }
 
     fn remove_extent(&self, index: u64) -> StoreResult<()> {
-        self.extents.remove(index.to_be_bytes())?;
-        Ok(())
+        self.splice(index, None)
     }
 
     fn flush(&self) -> StoreResult<()> {
@@ -127,7 +187,15 @@ impl MetaStore for SledStore {
     }
 
     fn clear(&self) -> StoreResult<()> {
-        self.extents.clear()?;
+        self.groups.clear()?;
+        if let Some(legacy) = self
+            .db
+            .tree_names()
+            .into_iter()
+            .find(|n| n.as_ref() == LEGACY_TREE.as_bytes())
+        {
+            self.db.open_tree(legacy)?.clear()?;
+        }
         self.db.clear()?;
         Ok(())
     }
@@ -155,5 +223,67 @@ mod tests {
         assert_eq!(s.get("missing").unwrap(), None);
         let ext = s.load_extents().unwrap();
         assert_eq!(ext, vec![(3, b"three".to_vec()), (7, b"seven".to_vec())]);
+    }
+
+    #[test]
+    fn a_store_of_one_record_per_extent_is_grouped_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // The layout before groups: the `extents` tree, key = index.
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            let t = db.open_tree(LEGACY_TREE).unwrap();
+            for i in [3u64, 17, 18, 4000] {
+                t.insert(i.to_be_bytes(), format!("r{i}").as_bytes())
+                    .unwrap();
+            }
+            db.insert("k", "v").unwrap();
+            db.flush().unwrap();
+        }
+        let want: Vec<(u64, Vec<u8>)> = [3u64, 17, 18, 4000]
+            .iter()
+            .map(|i| (*i, format!("r{i}").into_bytes()))
+            .collect();
+        {
+            let s = SledStore::open(dir.path()).unwrap();
+            assert_eq!(s.load_extents().unwrap(), want);
+            assert_eq!(s.get("k").unwrap().as_deref(), Some(&b"v"[..]));
+            assert!(s.db.open_tree(LEGACY_TREE).unwrap().is_empty());
+            s.remove_extent(17).unwrap();
+            s.flush().unwrap();
+        }
+        // Reopened: grouped once, and the removal holds.
+        let s = SledStore::open(dir.path()).unwrap();
+        let mut left = want;
+        left.remove(1);
+        assert_eq!(s.load_extents().unwrap(), left);
+    }
+
+    #[test]
+    fn threads_writing_extents_of_one_group_lose_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = std::sync::Arc::new(SledStore::open(dir.path()).unwrap());
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for round in 0..200u64 {
+                        for i in (t..GROUP * 2).step_by(4) {
+                            s.put_extent(i, &round.to_le_bytes()).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let all = s.load_extents().unwrap();
+        assert_eq!(all.len() as u64, GROUP * 2);
+        assert!(all.iter().all(|(_, r)| r == &199u64.to_le_bytes()));
+        for i in 0..GROUP * 2 {
+            s.remove_extent(i).unwrap();
+        }
+        assert!(s.load_extents().unwrap().is_empty());
+        assert!(s.groups.is_empty(), "an empty group is not kept");
     }
 }

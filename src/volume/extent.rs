@@ -44,6 +44,28 @@ impl Written {
         Written::Partial(vec![0u64; (blocks as usize).div_ceil(64)].into_boxed_slice())
     }
 
+    /// A bitmap of `blocks` blocks with `len` of them set from `first`.
+    pub fn of_run(first: u32, len: u32, blocks: u32) -> Self {
+        let mut w = Written::empty(blocks);
+        if len > 0 {
+            w.set_range(first, first + len - 1, true, blocks);
+        }
+        w
+    }
+
+    /// A partial bitmap's one run of set blocks, (first, length): (0, 0)
+    /// when none is set; `None` for [`Written::Full`] or two runs or more.
+    pub fn one_run(&self) -> Option<(u32, u32)> {
+        let Written::Partial(words) = self else {
+            return None;
+        };
+        match set_runs(words).as_slice() {
+            [] => Some((0, 0)),
+            [run] => Some(*run),
+            _ => None,
+        }
+    }
+
     /// Whether block `b` is written.
     pub fn get(&self, b: u32) -> bool {
         match self {
@@ -230,16 +252,55 @@ pub struct Mapping {
 #[error("extent record is damaged: {0}")]
 pub struct RecordError(pub &'static str);
 
+/// A bitmap in a record: kind 1 every block; kind 2 runs of set blocks
+/// (`[runs: u16][first: u16, length: u16]...`, taken when shorter, as
+/// for an extent with a few writes in it: 6 bytes for one run where the
+/// words of a 1 MiB extent take 32); kind 0 the words.
 fn put_bitmap(b: &mut Vec<u8>, w: &Written) {
     match w {
         Written::Full => b.push(1),
-        Written::Partial(w) => {
-            b.push(0);
-            for word in w.iter() {
-                b.extend_from_slice(&word.to_le_bytes());
+        Written::Partial(words) => {
+            let runs = set_runs(words);
+            let short = runs.len() <= usize::from(u16::MAX)
+                && runs.iter().all(|&(f, n)| f <= 0xffff && n <= 0xffff);
+            if short && 2 + 4 * runs.len() < 8 * words.len() {
+                b.push(2);
+                b.extend_from_slice(&(runs.len() as u16).to_le_bytes());
+                for (first, n) in runs {
+                    b.extend_from_slice(&(first as u16).to_le_bytes());
+                    b.extend_from_slice(&(n as u16).to_le_bytes());
+                }
+            } else {
+                b.push(0);
+                for word in words.iter() {
+                    b.extend_from_slice(&word.to_le_bytes());
+                }
             }
         }
     }
+}
+
+/// The runs of set bits in `words`: (first bit, length).
+fn set_runs(words: &[u64]) -> Vec<(u32, u32)> {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for (i, &word) in words.iter().enumerate() {
+        let mut w = word;
+        while w != 0 {
+            let start = w.trailing_zeros();
+            let len = (w >> start).trailing_ones();
+            let first = i as u32 * 64 + start;
+            match runs.last_mut() {
+                Some((f, n)) if *f + *n == first => *n += len,
+                _ => runs.push((first, len)),
+            }
+            w = if start + len >= 64 {
+                0
+            } else {
+                w & !(((1u64 << len) - 1) << start)
+            };
+        }
+    }
+    runs
 }
 
 /// A cursor over a record's bytes.
@@ -257,6 +318,11 @@ impl Reader<'_> {
 
     fn u8(&mut self) -> Result<u8, RecordError> {
         Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, RecordError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
     }
 
     fn u32(&mut self) -> Result<u32, RecordError> {
@@ -280,6 +346,21 @@ impl Reader<'_> {
                         u64::from_le_bytes(a)
                     })
                     .collect();
+                Ok(Written::Partial(w.into_boxed_slice()))
+            }
+            2 => {
+                let runs = self.u16()?;
+                let mut w = vec![0u64; (blocks as usize).div_ceil(64)];
+                for _ in 0..runs {
+                    let first = u32::from(self.u16()?);
+                    let n = u32::from(self.u16()?);
+                    if n == 0 || first + n > blocks {
+                        return Err(RecordError("bitmap run out of range"));
+                    }
+                    for b in first..first + n {
+                        w[(b / 64) as usize] |= 1u64 << (b % 64);
+                    }
+                }
                 Ok(Written::Partial(w.into_boxed_slice()))
             }
             _ => Err(RecordError("unknown bitmap kind")),
@@ -460,6 +541,64 @@ mod tests {
         assert!(!w.get(15) && w.get(14));
         w.set_range(0, 14, false, 16);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn a_bitmap_of_few_runs_is_stored_as_runs_and_reads_back() {
+        let blocks = 256;
+        let loc = Loc {
+            tier: Tier::Hdd,
+            slot: 9,
+        };
+        let mut w = Written::empty(blocks);
+        w.set_range(5, 5, true, blocks);
+        let one = Mapping::plain(loc, w.clone()).encode();
+        // version, tier, slot, kind, one run: 1 + 1 + 4 + 1 + 2 + 4.
+        assert_eq!(one.len(), 13, "{one:?}");
+        assert_eq!(Mapping::decode(&one, blocks).unwrap().written, w);
+        // Runs crossing words, at the ends, and many of them.
+        let mut seed = 7u64;
+        for case in 0..200 {
+            let mut w = Written::empty(blocks);
+            let pieces = 1 + case % 40;
+            for _ in 0..pieces {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let first = ((seed >> 33) % u64::from(blocks)) as u32;
+                let last = (first + ((seed >> 20) % 70) as u32).min(blocks - 1);
+                w.set_range(first, last, true, blocks);
+            }
+            w.set_range(255, 255, case % 3 == 0, blocks);
+            let mut m = Mapping::plain(
+                Loc {
+                    tier: Tier::Ssd,
+                    slot: 3,
+                },
+                w.clone(),
+            );
+            m.shadow = Some(Shadow {
+                slot: 4,
+                stale: w.clone(),
+            });
+            let rec = m.encode();
+            assert_eq!(Mapping::decode(&rec, blocks).unwrap(), m, "case {case}");
+            // Never longer than the words would be.
+            assert!(rec.len() <= 1 + 1 + 4 + 33 + 1 + 4 + 33 + 4, "case {case}");
+        }
+        // A record written before runs existed (kind 0, the words) still reads.
+        let mut old = vec![1u8, 1, 9, 0, 0, 0, 0];
+        let mut words = [0u64; 4];
+        words[0] = 1 << 5;
+        for x in words {
+            old.extend_from_slice(&x.to_le_bytes());
+        }
+        let mut want = Written::empty(blocks);
+        want.set_range(5, 5, true, blocks);
+        assert_eq!(Mapping::decode(&old, blocks).unwrap().written, want);
+        // A run past the extent is refused.
+        let bad = [1u8, 1, 9, 0, 0, 0, 2, 1, 0, 250, 0, 10, 0];
+        assert!(Mapping::decode(&bad, blocks).is_err());
     }
 
     #[test]

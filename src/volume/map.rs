@@ -6,10 +6,13 @@
 //! logged blocks. Tier and slot then fit in a word, which shares its eight
 //! bytes with the extent's generation counter, so an extent costs twelve
 //! bytes (its four-byte lock, [`super::lock`], and its word) however large
-//! the volume. A mapping with a
-//! written-block bitmap, a shadow or logged blocks lives in the side table,
-//! sharded by extent, and its word says so: what costs more is what is
-//! used. A never-written extent costs its twelve bytes and nothing else.
+//! the volume. A mapping that is plain but for one run of written blocks
+//! (an extent with one write in it, or written from one point on) keeps
+//! that run in the run table, eight bytes an entry. A mapping with any
+//! other written-block bitmap, a shadow or logged blocks lives in the side
+//! table, sharded by extent, and its word says which: what costs more is
+//! what is used. A never-written extent costs its twelve bytes and nothing
+//! else.
 //!
 //! The guards keep the old interface of a lock over an `Option<Mapping>`:
 //! a read guard lends the mapping (decoded from the word, or shared with the
@@ -41,6 +44,9 @@ const HDD: u64 = 1 << 32;
 const MAPPED: u64 = 1 << 33;
 /// Set when the mapping is in the side table.
 const EXTRA: u64 = 1 << 34;
+/// Set when the mapping is plain but for its written blocks, which are
+/// one run, kept in the run table.
+const RUN: u64 = 1 << 35;
 /// The bits that say where the extent is (the rest is its generation).
 const MAPPING_MASK: u64 = (1 << GEN_SHIFT) - 1;
 /// The generation's first bit.
@@ -131,6 +137,13 @@ pub(crate) struct ExtentMap {
     /// locks so that neither pads the other.
     words: Box<[AtomicU64]>,
     extras: Box<[Mutex<HashMap<u64, Shared>>]>,
+    /// The written run of each [`RUN`] extent, `first | length << 16`,
+    /// sharded as the side table and keyed by the extent's index divided
+    /// by the shard count: eight bytes an entry, where a side-table
+    /// mapping costs about 160 (an extent with one write in it, the most
+    /// common partial extent: a filesystem's metadata block, one block
+    /// per extent of a scattered fill).
+    runs: Box<[Mutex<HashMap<u32, u32>>]>,
     /// Per SSD slot: the extent mapped there, plus one (0: none).
     ssd_owner: Box<[AtomicU64]>,
     counts: Counts,
@@ -139,17 +152,39 @@ pub(crate) struct ExtentMap {
     blocks: u32,
 }
 
-/// The word of a mapping: its place, and whether the rest of it is in the
-/// side table (anything but plain).
-fn pack(m: &Mapping) -> (u64, bool) {
-    let plain = matches!(m.written, Written::Full) && m.shadow.is_none() && m.logged.is_empty();
+/// Where a mapping's word sends the rest of it.
+enum Form {
+    /// Nowhere: the word holds it all (or the extent is unmapped).
+    Word,
+    /// The run table holds its written run.
+    Run(u32),
+    /// The side table holds it.
+    Extra,
+}
+
+/// The word of a mapping: its place, and where the rest of it is (plain:
+/// in the word; plain but for one run of written blocks: the run table;
+/// anything else: the side table).
+fn pack(m: &Mapping, extent: u64) -> (u64, Form) {
     let tier = if m.loc.tier == Tier::Hdd { HDD } else { 0 };
     let word = MAPPED | tier | u64::from(m.loc.slot);
-    if plain {
-        (word, false)
-    } else {
-        (word | EXTRA, true)
+    if m.shadow.is_some() || !m.logged.is_empty() {
+        return (word | EXTRA, Form::Extra);
     }
+    if matches!(m.written, Written::Full) {
+        return (word, Form::Word);
+    }
+    match m.written.one_run() {
+        Some((first, len)) if first <= 0xffff && len <= 0xffff && run_key(extent).is_some() => {
+            (word | RUN, Form::Run(first | len << 16))
+        }
+        _ => (word | EXTRA, Form::Extra),
+    }
+}
+
+/// The run table's key of `extent` (its index over the shard count).
+fn run_key(extent: u64) -> Option<u32> {
+    u32::try_from(extent / SHARDS as u64).ok()
 }
 
 /// The mapping a word holds by itself (mapped, not in the side table).
@@ -182,6 +217,7 @@ impl ExtentMap {
             locks: (0..extents).map(|_| RawLock::new()).collect(),
             words: (0..extents).map(|_| AtomicU64::new(0)).collect(),
             extras: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            runs: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             ssd_owner: (0..ssd_slots).map(|_| AtomicU64::new(0)).collect(),
             counts: Counts::default(),
             since: Since::new(clock),
@@ -206,6 +242,26 @@ impl ExtentMap {
 
     fn shard(&self, extent: u64) -> &Mutex<HashMap<u64, Shared>> {
         &self.extras[extent as usize % SHARDS]
+    }
+
+    fn run_shard(&self, extent: u64) -> &Mutex<HashMap<u32, u32>> {
+        &self.runs[extent as usize % SHARDS]
+    }
+
+    /// The mapping of a [`RUN`] word, its run looked up (taken out with
+    /// `take`).
+    fn run_mapping(&self, extent: u64, word: u64, take: bool) -> Option<Mapping> {
+        let key = run_key(extent)?;
+        let mut shard = self.run_shard(extent).lock();
+        let run = if take {
+            shard.remove(&key)
+        } else {
+            shard.get(&key).copied()
+        }?;
+        drop(shard);
+        let mut m = unpack(word);
+        m.written = Written::of_run(run & 0xffff, run >> 16, self.blocks);
+        Some(m)
     }
 
     /// The lock of `extent`, if it is in the map.
@@ -385,6 +441,8 @@ impl<'a> ExtentLock<'a> {
         let word = self.word.load(Ordering::Acquire);
         let held = if word & MAPPED == 0 {
             Held::Inline(None)
+        } else if word & RUN != 0 {
+            Held::Inline(self.map.run_mapping(self.extent, word, false))
         } else if word & EXTRA == 0 {
             Held::Inline(Some(unpack(word)))
         } else {
@@ -400,6 +458,8 @@ impl<'a> ExtentLock<'a> {
         let word = self.word.load(Ordering::Acquire);
         let value = if word & MAPPED == 0 {
             None
+        } else if word & RUN != 0 {
+            self.map.run_mapping(self.extent, word, true)
         } else if word & EXTRA == 0 {
             Some(unpack(word))
         } else {
@@ -480,7 +540,9 @@ impl DerefMut for MapWrite<'_> {
 impl Drop for MapWrite<'_> {
     fn drop(&mut self) {
         let value = self.value.take();
-        let (word, extra) = value.as_ref().map_or((0, false), pack);
+        let (word, form) = value
+            .as_ref()
+            .map_or((0, Form::Word), |m| pack(m, self.extent));
         if self.changed {
             let new = (
                 Tally::of(value.as_ref(), self.map.blocks),
@@ -488,11 +550,19 @@ impl Drop for MapWrite<'_> {
             );
             self.map.account(self.extent, self.old, new);
         }
-        if extra {
-            self.map
-                .shard(self.extent)
-                .lock()
-                .insert(self.extent, Arc::new(value));
+        match form {
+            Form::Word => {}
+            Form::Run(run) => {
+                if let Some(key) = run_key(self.extent) {
+                    self.map.run_shard(self.extent).lock().insert(key, run);
+                }
+            }
+            Form::Extra => {
+                self.map
+                    .shard(self.extent)
+                    .lock()
+                    .insert(self.extent, Arc::new(value));
+            }
         }
         // Keep the generation, which may be bumped meanwhile; the mapping
         // bits change only under the exclusive lock, which we hold.
@@ -526,7 +596,7 @@ mod tests {
     }
 
     #[test]
-    fn plain_mappings_stay_in_the_word_and_others_in_the_side_table() {
+    fn plain_mappings_stay_in_the_word_one_runs_in_the_run_table_and_others_in_the_side_table() {
         let map = ExtentMap::new(8, 4, 256, clock());
         assert_eq!(*map.at(3).read(), None);
         *map.at(3).write() = Some(Mapping::plain(loc(Tier::Hdd, 7), Written::Full));
@@ -535,12 +605,32 @@ mod tests {
             *map.at(3).read(),
             Some(Mapping::plain(loc(Tier::Hdd, 7), Written::Full))
         );
+        // One run of written blocks: the run table, not the side table.
         let mut partial = Written::empty(256);
         partial.set_range(0, 9, true, 256);
+        let m = Mapping::plain(loc(Tier::Ssd, 2), partial.clone());
+        *map.at(5).write() = Some(m.clone());
+        assert!(map.extra_extents().is_empty(), "one run packs beside");
+        assert_eq!(map.run_shard(5).lock().len(), 1);
+        assert_eq!(*map.at(5).read(), Some(m.clone()));
+        // A write guard taken and dropped unchanged keeps it.
+        drop(map.at(5).write());
+        assert_eq!(*map.at(5).read(), Some(m));
+        // A second run: the side table.
+        partial.set_range(20, 20, true, 256);
         let m = Mapping::plain(loc(Tier::Ssd, 2), partial);
         *map.at(5).write() = Some(m.clone());
         assert_eq!(map.extra_extents(), vec![5]);
+        assert!(map.run_shard(5).lock().is_empty());
         assert_eq!(*map.at(5).read(), Some(m));
+        // Nothing written at all, and a run ending the extent.
+        let empty = Mapping::plain(loc(Tier::Hdd, 1), Written::empty(256));
+        *map.at(6).write() = Some(empty.clone());
+        assert_eq!(*map.at(6).read(), Some(empty));
+        let tail = Mapping::plain(loc(Tier::Hdd, 1), Written::of_run(200, 56, 256));
+        *map.at(6).write() = Some(tail.clone());
+        assert_eq!(*map.at(6).read(), Some(tail));
+        assert_eq!(map.extra_extents(), vec![5]);
         assert_eq!(
             (map.tier(5), map.tier(3), map.tier(4)),
             (Some(Tier::Ssd), Some(Tier::Hdd), None)
@@ -555,6 +645,8 @@ mod tests {
             Some(Mapping::plain(loc(Tier::Ssd, 2), Written::Full))
         );
         *map.at(5).write() = None;
+        *map.at(6).write() = None;
+        assert!(map.runs.iter().all(|s| s.lock().is_empty()));
         assert_eq!(*map.at(5).read(), None);
     }
 
