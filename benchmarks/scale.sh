@@ -45,7 +45,20 @@
 #   --json FILE      write every number as JSON
 # Needs fio (nbd engine), nbdinfo, jq. Takes about 2.5 minutes per size
 # with the defaults, plus the daemon's own start and stop times.
+#
+# benchmarks/scale.sh --full [ARGS]: a volume filled to the brim instead
+# (benchmarks/scale-full.sh, which --full ARGS go to; --help there).
 set -euo pipefail
+
+for a in "$@"; do
+    if [ "$a" = --full ]; then
+        rest=()
+        for b in "$@"; do
+            [ "$b" = --full ] || rest+=("$b")
+        done
+        exec "$(dirname "$0")/scale-full.sh" "${rest[@]}"
+    fi
+done
 
 sizes="1M,4M,16M"
 bindir="./target/release"
