@@ -37,6 +37,10 @@ const META_STALE: Duration = Duration::from_secs(300);
 /// How often the service flushes metadata that clients left dirty.
 pub const META_FLUSH_EVERY: Duration = Duration::from_secs(30);
 
+/// How often the daemon asks whether the allocator holds enough free memory
+/// to give back (`serving::allocator::trim_when_worth`).
+pub const TRIM_EVERY: Duration = Duration::from_secs(30);
+
 /// Latency histograms of both tiers, indexed [tier][op][class].
 type MeterSnapshot = [[[Latencies; 2]; 3]; 2];
 

@@ -12,7 +12,7 @@ use super::adapter::VolumeExport;
 use super::control_server;
 use super::endpoints::Endpoints;
 use super::error::{io_ctx, Result};
-use super::live::{ConnectionProbe, Live, META_FLUSH_EVERY};
+use super::live::{ConnectionProbe, Live, META_FLUSH_EVERY, TRIM_EVERY};
 use super::metrics;
 use super::settings::Settings;
 use super::systemd::watchdog_interval;
@@ -243,6 +243,7 @@ pub async fn run_with(
         side.spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             let mut last_flush = std::time::Instant::now();
+            let mut last_trim = std::time::Instant::now();
             let mut said = String::new();
             loop {
                 tokio::select! {
@@ -250,6 +251,17 @@ pub async fn run_with(
                     _ = rx.wait_for(|s| *s) => break,
                 }
                 live.sample();
+                if last_trim.elapsed() >= TRIM_EVERY {
+                    last_trim = std::time::Instant::now();
+                    if let Ok(Some(free)) =
+                        tokio::task::spawn_blocking(super::allocator::trim_when_worth).await
+                    {
+                        debug!(
+                            free_bytes = free,
+                            "gave memory the allocator held free back"
+                        );
+                    }
+                }
                 if last_flush.elapsed() >= META_FLUSH_EVERY {
                     last_flush = std::time::Instant::now();
                     background_flush(&live).await;
