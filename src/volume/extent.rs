@@ -338,7 +338,7 @@ impl Reader<'_> {
                 let raw = self
                     .take(words * 8)
                     .map_err(|_| RecordError("bitmap length does not match the extent size"))?;
-                let w: Vec<u64> = raw
+                let mut w: Vec<u64> = raw
                     .chunks_exact(8)
                     .map(|c| {
                         let mut a = [0u8; 8];
@@ -346,6 +346,13 @@ impl Reader<'_> {
                         u64::from_le_bytes(a)
                     })
                     .collect();
+                // Bits past the extent's last block mean nothing: dropped,
+                // so that the bitmap stores again as runs within it.
+                if blocks % 64 != 0 {
+                    if let Some(last) = w.last_mut() {
+                        *last &= (1u64 << (blocks % 64)) - 1;
+                    }
+                }
                 Ok(Written::Partial(w.into_boxed_slice()))
             }
             2 => {
@@ -596,6 +603,13 @@ mod tests {
         let mut want = Written::empty(blocks);
         want.set_range(5, 5, true, blocks);
         assert_eq!(Mapping::decode(&old, blocks).unwrap().written, want);
+        // Bits past a short extent's last block (an old record's words)
+        // are dropped, and the mapping stores again as runs within it.
+        let mut past = vec![1u8, 0, 0, 0, 0, 0, 0];
+        past.extend_from_slice(&((1u64 << 16) | 1).to_le_bytes());
+        let m = Mapping::decode(&past, 16).unwrap();
+        assert_eq!(m.written, Written::of_run(0, 1, 16));
+        assert_eq!(Mapping::decode(&m.encode(), 16).unwrap(), m);
         // A run past the extent is refused.
         let bad = [1u8, 1, 9, 0, 0, 0, 2, 1, 0, 250, 0, 10, 0];
         assert!(Mapping::decode(&bad, blocks).is_err());
