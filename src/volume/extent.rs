@@ -348,7 +348,7 @@ impl Reader<'_> {
                     .collect();
                 // Bits past the extent's last block mean nothing: dropped,
                 // so that the bitmap stores again as runs within it.
-                if blocks % 64 != 0 {
+                if !blocks.is_multiple_of(64) {
                     if let Some(last) = w.last_mut() {
                         *last &= (1u64 << (blocks % 64)) - 1;
                     }
