@@ -86,13 +86,9 @@ tierctl="$bindir/tierctl"
 if [ -n "$json_out" ]; then
     : >"$json_out" || die "cannot write $json_out"
 fi
-extents_of() {
-    case "$1" in
-        *[0-9]M) echo $((${1%M} * 1048576)) ;;
-        *[0-9]K) echo $((${1%K} * 1024)) ;;
-        *) [[ "$1" =~ ^[0-9]+$ ]] && echo "$1" || return 1 ;;
-    esac
-}
+# extents_of, now, elapsed, ctl, status_json, mapped, start, stop_clean.
+# shellcheck source=benchmarks/scale-lib.sh
+source "$(dirname "$0")/scale-lib.sh"
 IFS=, read -r -a size_list <<<"$sizes"
 for s in "${size_list[@]}"; do
     e=$(extents_of "$s") || die "not a size in extents: $s (e.g. 1M, 256K, 65536)"
@@ -120,43 +116,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
-ctl() { "$tierctl" --control "$data/control.sock" "$@"; }
-status_json() { ctl --json status; }
-mapped() { status_json | jq '[.tiers[].extents] | add'; }
-
-start() {
-    local label=$1 t0 nbd_ok=0 ctl_ok=0
-    t0=$(now)
-    "$tierd" serve --data-dir "$data" --listen "127.0.0.1:$port" --metrics-listen "" \
-        --log-level info >>"$data.$label.log" 2>&1 &
-    pid=$!
-    while :; do
-        kill -0 "$pid" 2>/dev/null || {
-            pid=""
-            die "tierd exited at start ($label): $(tail -3 "$data.$label.log")"
-        }
-        [ "$nbd_ok" = 1 ] || ! nbdinfo --size "nbd://127.0.0.1:$port" >/dev/null 2>&1 || nbd_ok=1
-        [ "$ctl_ok" = 1 ] || ! ctl status >/dev/null 2>&1 || ctl_ok=1
-        [ "$nbd_ok" = 1 ] && [ "$ctl_ok" = 1 ] && break
-        if [ "$(elapsed "$t0" | cut -d. -f1)" -ge 600 ]; then
-            die "tierd did not serve within 600 s ($label)"
-        fi
-        sleep 0.02
-    done
-    ready_s=$(elapsed "$t0")
-}
-stop_clean() {
-    local t0 rc=0
-    t0=$(now)
-    kill -TERM "$pid"
-    wait "$pid" || rc=$?
-    stop_s=$(elapsed "$t0")
-    pid=""
-    [ "$rc" = 0 ] || die "tierd exited with status $rc on SIGTERM"
-}
 
 version=$("$tierd" --version 2>/dev/null || echo unknown)
 rows=()

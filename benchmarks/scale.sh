@@ -112,14 +112,9 @@ if [ -n "$json_out" ]; then
     : >"$json_out" || die "cannot write $json_out"
 fi
 
-# extents_of SIZE: the extent count of 1M, 256K, 65536.
-extents_of() {
-    case "$1" in
-        *[0-9]M) echo $((${1%M} * 1048576)) ;;
-        *[0-9]K) echo $((${1%K} * 1024)) ;;
-        *) [[ "$1" =~ ^[0-9]+$ ]] && echo "$1" || return 1 ;;
-    esac
-}
+# extents_of, now, elapsed, ctl, status_json, mapped, start, stop_clean.
+# shellcheck source=benchmarks/scale-lib.sh
+source "$(dirname "$0")/scale-lib.sh"
 size_list=()
 IFS=, read -r -a size_tokens <<<"$sizes"
 for s in "${size_tokens[@]}"; do
@@ -150,9 +145,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 hz=$(getconf CLK_TCK)
-now() { echo "$EPOCHREALTIME"; }
-# elapsed T0 [T1]: seconds from T0 to T1 (default now), 3 decimals.
-elapsed() { awk -v a="$1" -v b="${2:-$EPOCHREALTIME}" 'BEGIN { printf "%.3f", b - a }'; }
 
 # cpu_ticks PID: utime+stime of the whole process, in clock ticks.
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
@@ -171,48 +163,10 @@ migrator_ticks() {
 rss_kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
 du_bytes() { du -sb "$1" | awk '{ print $1 }'; }
 
-ctl() { "$tierctl" --control "$data/control.sock" "$@"; }
-status_json() { ctl --json status; }
 rounds() { status_json | jq '.migration.rounds'; }
 moves() { status_json | jq '.migration.promotions + .migration.demotions'; }
-mapped() { status_json | jq '[.tiers[].extents] | add'; }
 precleaned() { status_json | jq '.shadows.precleaned // 0'; }
 
-# start LABEL: serve $data in the background; sets $pid and $ready_s, the
-# seconds until the NBD port serves and tierctl status answers.
-start() {
-    local label=$1 t0 nbd_ok=0 ctl_ok=0
-    t0=$(now)
-    "$tierd" serve --data-dir "$data" --listen "127.0.0.1:$port" --metrics-listen "" \
-        --log-level info >>"$data.$label.log" 2>&1 &
-    pid=$!
-    while :; do
-        kill -0 "$pid" 2>/dev/null || {
-            pid=""
-            die "tierd exited at start ($label): $(tail -3 "$data.$label.log")"
-        }
-        [ "$nbd_ok" = 1 ] || ! nbdinfo --size "nbd://127.0.0.1:$port" >/dev/null 2>&1 || nbd_ok=1
-        [ "$ctl_ok" = 1 ] || ! ctl status >/dev/null 2>&1 || ctl_ok=1
-        if [ "$nbd_ok" = 1 ] && [ "$ctl_ok" = 1 ]; then
-            break
-        fi
-        if [ "$(elapsed "$t0" | cut -d. -f1)" -ge 600 ]; then
-            die "tierd did not serve within 600 s ($label)"
-        fi
-        sleep 0.02
-    done
-    ready_s=$(elapsed "$t0")
-}
-# stop_clean: SIGTERM and wait; sets $stop_s.
-stop_clean() {
-    local t0 rc=0
-    t0=$(now)
-    kill -TERM "$pid"
-    wait "$pid" || rc=$?
-    stop_s=$(elapsed "$t0")
-    pid=""
-    [ "$rc" = 0 ] || die "tierd exited with status $rc on SIGTERM (log: $(tail -3 "$data.serve.log"))"
-}
 stop_kill() {
     kill -KILL "$pid"
     wait "$pid" 2>/dev/null || true
