@@ -59,11 +59,26 @@ impl Written {
         let Written::Partial(words) = self else {
             return None;
         };
-        match set_runs(words).as_slice() {
-            [] => Some((0, 0)),
-            [run] => Some(*run),
-            _ => None,
+        // Without building the run list: this runs as a write guard lets
+        // go of a partial mapping.
+        let mut run: Option<(u32, u32)> = None;
+        for (i, &word) in words.iter().enumerate() {
+            if word == 0 {
+                continue;
+            }
+            let start = word.trailing_zeros();
+            let len = (word >> start).trailing_ones();
+            if start + len < 64 && word >> (start + len) != 0 {
+                return None;
+            }
+            let first = i as u32 * 64 + start;
+            run = match run {
+                None => Some((first, len)),
+                Some((f, n)) if f + n == first => Some((f, n + len)),
+                Some(_) => return None,
+            };
         }
+        Some(run.unwrap_or((0, 0)))
     }
 
     /// Whether block `b` is written.
@@ -590,6 +605,15 @@ mod tests {
             });
             let rec = m.encode();
             assert_eq!(Mapping::decode(&rec, blocks).unwrap(), m, "case {case}");
+            if let Written::Partial(words) = &w {
+                let runs = set_runs(words);
+                let want = match runs.as_slice() {
+                    [] => Some((0, 0)),
+                    [r] => Some(*r),
+                    _ => None,
+                };
+                assert_eq!(w.one_run(), want, "case {case}");
+            }
             // Never longer than the words would be.
             assert!(rec.len() <= 1 + 1 + 4 + 33 + 1 + 4 + 33 + 4, "case {case}");
         }
