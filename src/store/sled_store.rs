@@ -90,6 +90,21 @@ impl SledStore {
         Ok(store)
     }
 
+    /// The tree of one record per extent, if this store has one (opening a
+    /// tree by name would create it).
+    fn legacy(&self) -> StoreResult<Option<sled::Tree>> {
+        let has = self
+            .db
+            .tree_names()
+            .iter()
+            .any(|n| n.as_ref() == LEGACY_TREE.as_bytes());
+        Ok(if has {
+            Some(self.db.open_tree(LEGACY_TREE)?)
+        } else {
+            None
+        })
+    }
+
     /// Move the records of a store written before extents were grouped
     /// (one sled record per extent, in the `extents` tree) into groups.
     ///
@@ -98,15 +113,9 @@ impl SledStore {
     /// adopts the same records again (nothing else writes before this
     /// returns).
     fn adopt_legacy(&self) -> StoreResult<()> {
-        if !self
-            .db
-            .tree_names()
-            .iter()
-            .any(|n| n.as_ref() == LEGACY_TREE.as_bytes())
-        {
+        let Some(legacy) = self.legacy()? else {
             return Ok(());
-        }
-        let legacy = self.db.open_tree(LEGACY_TREE)?;
+        };
         if legacy.is_empty() {
             return Ok(());
         }
@@ -188,13 +197,8 @@ impl MetaStore for SledStore {
 
     fn clear(&self) -> StoreResult<()> {
         self.groups.clear()?;
-        if let Some(legacy) = self
-            .db
-            .tree_names()
-            .into_iter()
-            .find(|n| n.as_ref() == LEGACY_TREE.as_bytes())
-        {
-            self.db.open_tree(legacy)?.clear()?;
+        if let Some(legacy) = self.legacy()? {
+            legacy.clear()?;
         }
         self.db.clear()?;
         Ok(())
