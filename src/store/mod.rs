@@ -50,6 +50,18 @@ pub trait MetaStore: Send + Sync + 'static {
     fn put(&self, key: &str, value: &[u8]) -> StoreResult<()>;
     /// Every extent record, in index order.
     fn load_extents(&self) -> StoreResult<Vec<(u64, Vec<u8>)>>;
+    /// Every extent record, in index order, handed to `f` one by one
+    /// until it returns false: a volume's open walks millions of records
+    /// without holding them all at once (a store that can stream them
+    /// says so by overriding this; the default loads them first).
+    fn each_extent(&self, f: &mut dyn FnMut(u64, &[u8]) -> bool) -> StoreResult<()> {
+        for (index, record) in self.load_extents()? {
+            if !f(index, &record) {
+                break;
+            }
+        }
+        Ok(())
+    }
     /// Write the record of one extent.
     fn put_extent(&self, index: u64, record: &[u8]) -> StoreResult<()>;
     /// Forget one extent (it becomes unmapped).

@@ -180,6 +180,18 @@ impl MetaStore for SledStore {
         Ok(out)
     }
 
+    fn each_extent(&self, f: &mut dyn FnMut(u64, &[u8]) -> bool) -> StoreResult<()> {
+        for item in self.groups.iter() {
+            let (k, v) = item?;
+            for (index, record) in decode_group(read_key(&k)?, &v)? {
+                if !f(index, &record) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn put_extent(&self, index: u64, record: &[u8]) -> StoreResult<()> {
         self.splice(index, Some(record))
     }
@@ -296,6 +308,21 @@ mod tests {
                 let want: Vec<(u64, Vec<u8>)> =
                     model.iter().map(|(k, v)| (*k, v.clone())).collect();
                 assert_eq!(s.load_extents().unwrap(), want, "step {step}");
+                // Streamed, the same records; stopped, a prefix of them.
+                let mut seen = Vec::new();
+                s.each_extent(&mut |i, r| {
+                    seen.push((i, r.to_vec()));
+                    true
+                })
+                .unwrap();
+                assert_eq!(seen, want, "streamed at step {step}");
+                let mut first = Vec::new();
+                s.each_extent(&mut |i, r| {
+                    first.push((i, r.to_vec()));
+                    first.len() < 3
+                })
+                .unwrap();
+                assert_eq!(first, want[..want.len().min(3)], "stopped at step {step}");
             }
         }
     }

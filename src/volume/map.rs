@@ -8,7 +8,8 @@
 //! bytes (its four-byte lock, [`super::lock`], and its word) however large
 //! the volume. A mapping that is plain but for one run of written blocks
 //! (an extent with one write in it, or written from one point on) keeps
-//! that run in the run table, eight bytes an entry. A mapping with any
+//! that run in the run table ([`super::runs`]: eight bytes an entry where
+//! few extents have one, four bytes an extent where many do). A mapping with any
 //! other written-block bitmap, a shadow or logged blocks lives in the side
 //! table, sharded by extent, and its word says which: what costs more is
 //! what is used. A never-written extent costs its twelve bytes and nothing
@@ -34,6 +35,7 @@ use super::exposure::{ssd_only_sectors_with, written_and_stale, Since};
 use super::extent::{Loc, Mapping, Written};
 use super::geometry::Tier;
 use super::lock::{RawLock, ReadGuard, WriteGuard};
+use super::runs::RunTable;
 use crate::clock::Clock;
 
 /// The low 32 bits: the slot.
@@ -137,13 +139,11 @@ pub(crate) struct ExtentMap {
     /// locks so that neither pads the other.
     words: Box<[AtomicU64]>,
     extras: Box<[Mutex<HashMap<u64, Shared>>]>,
-    /// The written run of each [`RUN`] extent, `first | length << 16`,
-    /// sharded as the side table and keyed by the extent's index divided
-    /// by the shard count: eight bytes an entry, where a side-table
-    /// mapping costs about 160 (an extent with one write in it, the most
-    /// common partial extent: a filesystem's metadata block, one block
-    /// per extent of a scattered fill).
-    runs: Box<[Mutex<HashMap<u32, u32>>]>,
+    /// The written run of each [`RUN`] extent, `first | length << 16`
+    /// (an extent with one write in it, the most common partial extent: a
+    /// filesystem's metadata block, one block per extent of a scattered
+    /// fill; in the side table it cost about 160 bytes).
+    runs: RunTable,
     /// Per SSD slot: the extent mapped there, plus one (0: none).
     ssd_owner: Box<[AtomicU64]>,
     counts: Counts,
@@ -165,7 +165,7 @@ enum Form {
 /// The word of a mapping: its place, and where the rest of it is (plain:
 /// in the word; plain but for one run of written blocks: the run table;
 /// anything else: the side table).
-fn pack(m: &Mapping, extent: u64) -> (u64, Form) {
+fn pack(m: &Mapping) -> (u64, Form) {
     let tier = if m.loc.tier == Tier::Hdd { HDD } else { 0 };
     let word = MAPPED | tier | u64::from(m.loc.slot);
     if m.shadow.is_some() || !m.logged.is_empty() {
@@ -175,16 +175,14 @@ fn pack(m: &Mapping, extent: u64) -> (u64, Form) {
         return (word, Form::Word);
     }
     match m.written.one_run() {
-        Some((first, len)) if first <= 0xffff && len <= 0xffff && run_key(extent).is_some() => {
+        // Never 0 in the table: no blocks written is 0xffff (no run
+        // starts there with length 0 otherwise), which decodes as none.
+        Some((_, 0)) => (word | RUN, Form::Run(0xffff)),
+        Some((first, len)) if first <= 0xffff && len <= 0xffff => {
             (word | RUN, Form::Run(first | len << 16))
         }
         _ => (word | EXTRA, Form::Extra),
     }
-}
-
-/// The run table's key of `extent` (its index over the shard count).
-fn run_key(extent: u64) -> Option<u32> {
-    u32::try_from(extent / SHARDS as u64).ok()
 }
 
 /// The mapping a word holds by itself (mapped, not in the side table).
@@ -217,7 +215,7 @@ impl ExtentMap {
             locks: (0..extents).map(|_| RawLock::new()).collect(),
             words: (0..extents).map(|_| AtomicU64::new(0)).collect(),
             extras: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            runs: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            runs: RunTable::new(extents),
             ssd_owner: (0..ssd_slots).map(|_| AtomicU64::new(0)).collect(),
             counts: Counts::default(),
             since: Since::new(clock),
@@ -244,21 +242,14 @@ impl ExtentMap {
         &self.extras[extent as usize % SHARDS]
     }
 
-    fn run_shard(&self, extent: u64) -> &Mutex<HashMap<u32, u32>> {
-        &self.runs[extent as usize % SHARDS]
-    }
-
     /// The mapping of a [`RUN`] word, its run looked up (taken out with
     /// `take`).
     fn run_mapping(&self, extent: u64, word: u64, take: bool) -> Option<Mapping> {
-        let key = run_key(extent)?;
-        let mut shard = self.run_shard(extent).lock();
         let run = if take {
-            shard.remove(&key)
+            self.runs.take(extent)
         } else {
-            shard.get(&key).copied()
+            self.runs.get(extent)
         }?;
-        drop(shard);
         let mut m = unpack(word);
         m.written = Written::of_run(run & 0xffff, run >> 16, self.blocks);
         Some(m)
@@ -540,9 +531,7 @@ impl DerefMut for MapWrite<'_> {
 impl Drop for MapWrite<'_> {
     fn drop(&mut self) {
         let value = self.value.take();
-        let (word, form) = value
-            .as_ref()
-            .map_or((0, Form::Word), |m| pack(m, self.extent));
+        let (word, form) = value.as_ref().map_or((0, Form::Word), pack);
         if self.changed {
             let new = (
                 Tally::of(value.as_ref(), self.map.blocks),
@@ -553,9 +542,8 @@ impl Drop for MapWrite<'_> {
         match form {
             Form::Word => {}
             Form::Run(run) => {
-                if let Some(key) = run_key(self.extent) {
-                    self.map.run_shard(self.extent).lock().insert(key, run);
-                }
+                // In range: the map and the table cover the same extents.
+                let _ = self.map.runs.insert(self.extent, run);
             }
             Form::Extra => {
                 self.map
@@ -611,7 +599,7 @@ mod tests {
         let m = Mapping::plain(loc(Tier::Ssd, 2), partial.clone());
         *map.at(5).write() = Some(m.clone());
         assert!(map.extra_extents().is_empty(), "one run packs beside");
-        assert_eq!(map.run_shard(5).lock().len(), 1);
+        assert_eq!(map.runs.len(), 1);
         assert_eq!(*map.at(5).read(), Some(m.clone()));
         // A write guard taken and dropped unchanged keeps it.
         drop(map.at(5).write());
@@ -621,12 +609,14 @@ mod tests {
         let m = Mapping::plain(loc(Tier::Ssd, 2), partial);
         *map.at(5).write() = Some(m.clone());
         assert_eq!(map.extra_extents(), vec![5]);
-        assert!(map.run_shard(5).lock().is_empty());
+        assert_eq!(map.runs.len(), 0);
         assert_eq!(*map.at(5).read(), Some(m));
         // Nothing written at all, and a run ending the extent.
         let empty = Mapping::plain(loc(Tier::Hdd, 1), Written::empty(256));
         *map.at(6).write() = Some(empty.clone());
         assert_eq!(*map.at(6).read(), Some(empty));
+        assert_eq!(map.extra_extents(), vec![5], "no blocks written packs too");
+        assert_eq!(map.runs.len(), 1);
         let tail = Mapping::plain(loc(Tier::Hdd, 1), Written::of_run(200, 56, 256));
         *map.at(6).write() = Some(tail.clone());
         assert_eq!(*map.at(6).read(), Some(tail));
@@ -646,7 +636,7 @@ mod tests {
         );
         *map.at(5).write() = None;
         *map.at(6).write() = None;
-        assert!(map.runs.iter().all(|s| s.lock().is_empty()));
+        assert_eq!(map.runs.len(), 0);
         assert_eq!(*map.at(5).read(), None);
     }
 

@@ -24,6 +24,7 @@ mod open;
 mod pins;
 mod placement;
 mod replace;
+mod runs;
 mod space;
 mod stamp;
 mod stats;

@@ -280,8 +280,11 @@ impl Volume {
             vec![false; geo.hdd_slots as usize],
         ];
         let mut log_in_use = Vec::new();
-        for (index, record) in store.load_extents()? {
-            let m = Mapping::decode(&record, blocks)
+        // One record at a time: at millions of extents, the records held
+        // all at once took more memory than the map they fill.
+        let mut failed = None;
+        let mut load = |index: u64, record: &[u8]| -> Result<(), VolumeError> {
+            let m = Mapping::decode(record, blocks)
                 .map_err(|e| VolumeError::Corrupt(format!("extent {index}: {e}")))?;
             let entry = map.get(index).ok_or_else(|| {
                 VolumeError::Corrupt(format!("extent {index} is beyond the volume"))
@@ -291,6 +294,17 @@ impl Volume {
             }
             log_in_use.extend(m.logged.iter().map(|l| l.at));
             *entry.write() = Some(m);
+            Ok(())
+        };
+        store.each_extent(&mut |index, record| match load(index, record) {
+            Ok(()) => true,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
         }
         // Log segments are SSD slots no extent owns; no place is used twice.
         let mut places = std::collections::HashSet::new();
