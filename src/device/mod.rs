@@ -9,6 +9,7 @@
 //! loaded at run time), and the measured link of a remote tier
 //! ([`LinkMeter`]).
 
+mod early;
 mod fault;
 mod file;
 mod librados;
