@@ -5,29 +5,15 @@
 //! it and changes nothing, so the volume opens as before once the record
 //! is mended.
 
+mod support;
+
 use std::sync::Arc;
 
-use tierd::device::{BlockDevice, MemDevice};
-use tierd::store::{MemStore, MetaStore};
-use tierd::volume::{Devices, FormatOptions, Volume};
+use support::{Bed, EXTENT};
+use tierd::store::MetaStore;
+use tierd::volume::{Devices, Volume};
 
 const KIB: u64 = 1024;
-const EXTENT: u64 = 64 * KIB;
-
-fn setup() -> (Devices, Arc<dyn MetaStore>) {
-    let devices = Devices {
-        ssd: Arc::new(MemDevice::new(1024 * KIB + 8 * EXTENT)) as Arc<dyn BlockDevice>,
-        hdd: Arc::new(MemDevice::new(1024 * KIB + 24 * EXTENT)) as Arc<dyn BlockDevice>,
-    };
-    let store: Arc<dyn MetaStore> = Arc::new(MemStore::new());
-    let opts = FormatOptions {
-        extent_size: EXTENT,
-        reserve: Some(2 * EXTENT),
-        force: false,
-    };
-    Volume::format(&devices, store.as_ref(), &opts).expect("format");
-    (devices, store)
-}
 
 /// What the test wrote: (offset, bytes).
 fn writes() -> Vec<(u64, Vec<u8>)> {
@@ -73,9 +59,11 @@ fn refused(devices: &Devices, store: &Arc<dyn MetaStore>, what: &str, needle: &s
 
 #[test]
 fn records_stream_back_and_a_damaged_one_refuses_the_open() {
-    let (devices, store) = setup();
+    // 8 SSD slots, 24 HDD slots, 2 held back.
+    let bed = Bed::new(8, 24, 2);
+    let (devices, store): (Devices, Arc<dyn MetaStore>) = (bed.devices(), bed.store.clone());
     {
-        let vol = Volume::open(devices.clone(), store.clone()).expect("open");
+        let vol = bed.open();
         for (offset, data) in writes() {
             vol.write(offset, &data, false).expect("write");
         }
@@ -84,7 +72,7 @@ fn records_stream_back_and_a_damaged_one_refuses_the_open() {
     }
     let records = store.load_extents().expect("load");
     assert!(records.len() >= 4, "every written extent has a record");
-    let vol = Volume::open(devices.clone(), store.clone()).expect("reopen");
+    let vol = bed.open();
     check(&vol, "after the restart");
     vol.close().expect("close");
     drop(vol);
@@ -118,6 +106,6 @@ fn records_stream_back_and_a_damaged_one_refuses_the_open() {
         records,
         "nothing changed"
     );
-    let vol = Volume::open(devices, store).expect("open once mended");
+    let vol = bed.open();
     check(&vol, &format!("after the refusals (extent {first} kept)"));
 }
