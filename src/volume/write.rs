@@ -190,11 +190,19 @@ impl Volume {
     /// Write one extent's piece; what became of it ([`Wrote`]).
     fn write_piece(&self, p: Piece, data: &[u8], hint: IoHint) -> VolumeResult<Wrote> {
         let (first, last) = block_span(p.start, p.len);
+        // Whether the blocks may be in an SSD extent's shadow still clean
+        // (the only case `stale_first` acts on; it takes the write lock to
+        // look, and a write to an HDD extent with logged blocks, every
+        // write once a full log has left a few in each extent, paid that
+        // lock for nothing). A mapping changed meanwhile takes the write
+        // path below, which handles every case.
+        let mut shadowed = true;
         {
             // Fast paths under the shared lock: every block already holds
             // data where this write goes, so the mapping does not change.
             let guard = self.slot_lock(p.extent).read();
             if let Some(m) = guard.as_ref() {
+                shadowed = m.loc.tier == Tier::Ssd && m.shadow.is_some();
                 let way = self.log_way(&p, m, hint);
                 if writes_in_place(m, first, last, way) {
                     let r = self.shared_write(p.extent, (first, last), || {
@@ -225,7 +233,7 @@ impl Volume {
                 }
             }
         }
-        if self.stale_first(p.extent, first, last)? {
+        if shadowed && self.stale_first(p.extent, first, last)? {
             // The blocks are stale now: write them in place under the
             // shared lock, unless the mapping changed meanwhile.
             let guard = self.slot_lock(p.extent).read();
@@ -523,6 +531,12 @@ impl Volume {
             give_back(&taken);
             *guard = Some(m);
             return Err(e);
+        }
+        if m.written.all(first, last) && targets.iter().all(Option::is_none) {
+            // In place into written blocks (the log full or not asked):
+            // the mapping stays as it was, no copy of it to compare.
+            *guard = Some(m);
+            return Ok(false);
         }
         let before = m.clone();
         let blocks = self.geo.blocks_per_extent();
