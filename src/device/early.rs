@@ -66,8 +66,7 @@ impl EarlyWriteback {
         }
     }
 
-    /// Write-backs started so far are counted by the kernel, not here;
-    /// what is waiting for the next one (for tests).
+    /// Bytes written since write-back was last started (for tests).
     #[cfg(test)]
     pub(crate) fn pending(&self) -> u64 {
         self.shared.pending.load(Ordering::Relaxed)
@@ -81,9 +80,12 @@ fn run(file: &File, s: &Shared) {
             return;
         }
         if s.pending.load(Ordering::Relaxed) < EVERY {
-            // A spurious wake-up.
+            // A spurious wake-up (the count is left alone: the writer that
+            // takes it past the bound wakes this thread again).
             continue;
         }
+        // Bytes written until the call below are in the pages it starts
+        // writing: none is lost by counting from zero again here.
         s.pending.store(0, Ordering::Relaxed);
         // SAFETY: sync_file_range takes a file descriptor and integers, no
         // memory; the descriptor is `file`'s, open for as long as this
