@@ -173,10 +173,10 @@ impl MetaStore for SledStore {
 
     fn load_extents(&self) -> StoreResult<Vec<(u64, Vec<u8>)>> {
         let mut out = Vec::new();
-        for item in self.groups.iter() {
-            let (k, v) = item?;
-            out.extend(decode_group(read_key(&k)?, &v)?);
-        }
+        self.each_extent(&mut |index, record| {
+            out.push((index, record.to_vec()));
+            true
+        })?;
         Ok(out)
     }
 
