@@ -242,14 +242,11 @@ impl ExtentMap {
         &self.extras[extent as usize % SHARDS]
     }
 
-    /// The mapping of a [`RUN`] word, its run looked up (taken out with
-    /// `take`).
-    fn run_mapping(&self, extent: u64, word: u64, take: bool) -> Option<Mapping> {
-        let run = if take {
-            self.runs.take(extent)
-        } else {
-            self.runs.get(extent)
-        }?;
+    /// The mapping of a [`RUN`] word, its run looked up (left in the
+    /// table: a write guard's store-back overwrites it, or takes it out if
+    /// the mapping no longer has one run).
+    fn run_mapping(&self, extent: u64, word: u64) -> Option<Mapping> {
+        let run = self.runs.get(extent)?;
         let mut m = unpack(word);
         m.written = Written::of_run(run & 0xffff, run >> 16, self.blocks);
         Some(m)
@@ -433,7 +430,7 @@ impl<'a> ExtentLock<'a> {
         let held = if word & MAPPED == 0 {
             Held::Inline(None)
         } else if word & RUN != 0 {
-            Held::Inline(self.map.run_mapping(self.extent, word, false))
+            Held::Inline(self.map.run_mapping(self.extent, word))
         } else if word & EXTRA == 0 {
             Held::Inline(Some(unpack(word)))
         } else {
@@ -450,7 +447,7 @@ impl<'a> ExtentLock<'a> {
         let value = if word & MAPPED == 0 {
             None
         } else if word & RUN != 0 {
-            self.map.run_mapping(self.extent, word, true)
+            self.map.run_mapping(self.extent, word)
         } else if word & EXTRA == 0 {
             Some(unpack(word))
         } else {
@@ -538,6 +535,11 @@ impl Drop for MapWrite<'_> {
                 value.as_ref().map(|m| m.loc),
             );
             self.map.account(self.extent, self.old, new);
+        }
+        if !matches!(form, Form::Run(_)) && self.word.load(Ordering::Acquire) & RUN != 0 {
+            // It had one run and has not now: out of the table (the word,
+            // still the old one, is ours to read under the write lock).
+            let _ = self.map.runs.take(self.extent);
         }
         match form {
             Form::Word => {}
