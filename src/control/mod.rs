@@ -659,6 +659,23 @@ pub struct WriteLogStatus {
     pub written_back_bytes: u64,
     /// Recent write-back rate, bytes/s.
     pub write_back_rate: f64,
+    /// Writes that found it full and waited for room since start (those
+    /// that got none in time went to the HDD and count in `full` too).
+    #[serde(default)]
+    pub waited: u64,
+    /// Their time waiting, seconds.
+    #[serde(default)]
+    pub wait_secs: f64,
+    /// Of those, the ones that went to the HDD after all.
+    #[serde(default)]
+    pub wait_timeouts: u64,
+    /// Writes waiting for room now.
+    #[serde(default)]
+    pub waiting: u64,
+    /// Write-back runs beside users now: the log is three quarters full,
+    /// or writes wait for room, and it has not come back below half.
+    #[serde(default)]
+    pub pressed: bool,
 }
 
 /// Clean HDD copies (shadows) that SSD extents keep after a promotion.

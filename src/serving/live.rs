@@ -560,6 +560,11 @@ impl Live {
             full: Stats::get(&s.log_full),
             written_back_bytes: Stats::get(&s.written_back_blocks) * blk,
             write_back_rate: self.write_back_rate(),
+            waited: Stats::get(&s.log_waits),
+            wait_secs: Stats::get(&s.log_wait_ns) as f64 / 1e9,
+            wait_timeouts: Stats::get(&s.log_wait_timeouts),
+            waiting: vol.log_waiters() as u64,
+            pressed: self.migrator.log_pressing(),
         };
         let shadows = ShadowStatus {
             extents: usage.shadows,

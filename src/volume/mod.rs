@@ -24,6 +24,7 @@ mod open;
 mod pins;
 mod placement;
 mod replace;
+mod room;
 mod runs;
 mod space;
 mod stamp;
@@ -222,6 +223,8 @@ pub struct Volume {
     inflight: AtomicUsize,
     /// Smoothed latency of foreground HDD reads.
     hdd_latency: io::Latency,
+    /// Writes waiting for room in the write log, and how long they may.
+    room: room::Room,
     /// When the HDD last served foreground I/O (ns on the volume's clock).
     hdd_fg_at: stamp::Stamp,
     /// The ledger of HDD time: what placement spends, what flash saves.

@@ -475,6 +475,7 @@ impl Volume {
             moves: Mutex::new(HashMap::new()),
             inflight: AtomicUsize::new(0),
             hdd_latency: io::Latency::default(),
+            room: super::room::Room::default(),
             hdd_fg_at: super::stamp::Stamp::at_zero(),
             ledger,
             new_data_at: super::stamp::Stamp::never(),

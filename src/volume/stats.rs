@@ -58,6 +58,14 @@ pub struct Stats {
     pub log_write_bytes: AtomicU64,
     /// Writes to HDD extents that went to the HDD because the log was full.
     pub log_full: AtomicU64,
+    /// Writes that found the log full and waited for room
+    /// (`Volume::await_log_room`).
+    pub log_waits: AtomicU64,
+    /// Their time waiting, ns on the volume's clock.
+    pub log_wait_ns: AtomicU64,
+    /// Of those, the ones no room came for in time (they went in place,
+    /// and count in `log_full` too).
+    pub log_wait_timeouts: AtomicU64,
     /// Time moves and write-backs spent making their copies and mappings
     /// durable (the destination's sync, the metadata flush), ns on the
     /// volume's I/O clock: the fixed part of a batch's cost.

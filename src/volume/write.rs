@@ -53,7 +53,10 @@ impl Volume {
         let guard = self.slot_lock(p.extent).try_read()?;
         let m = guard.as_ref()?;
         let way = self.log_way(&p, m, hint);
-        if !writes_in_place(m, first, last, way) {
+        if !writes_in_place(m, first, last, way)
+            || (way == LogWay::Full && !self.log_wait_bound().is_zero())
+        {
+            // A full log: the blocking path may wait for room.
             return None;
         }
         let dev = self.devices.get(m.loc.tier);
@@ -96,8 +99,17 @@ impl Volume {
     /// A stream's write that this leaves to the HDD is noted as one
     /// ([`Volume::hdd_stream_idle`]).
     fn log_way(&self, p: &Piece, m: &Mapping, hint: IoHint) -> LogWay {
+        let way = self.log_way_quiet(p, m, hint);
+        if way != LogWay::Take && m.loc.tier == Tier::Hdd && self.heat.is_sequential(hint) {
+            self.hdd_stream_now();
+        }
+        way
+    }
+
+    /// [`Volume::log_way`] without noting a stream's write.
+    pub(super) fn log_way_quiet(&self, p: &Piece, m: &Mapping, hint: IoHint) -> LogWay {
         let stream = m.loc.tier == Tier::Hdd && self.heat.is_sequential(hint);
-        let way = if m.loc.tier != Tier::Hdd
+        if m.loc.tier != Tier::Hdd
             || !self.log_enabled.load(Ordering::Relaxed)
             || self.evacuating() == Some(Tier::Ssd)
             || (stream && !self.hdd_congested())
@@ -110,16 +122,12 @@ impl Volume {
             LogWay::No
         } else {
             LogWay::Take
-        };
-        if stream && way != LogWay::Take {
-            self.hdd_stream_now();
         }
-        way
     }
 
     /// Whether the write log may find a place: a free one, room for a
     /// segment, or clean shadows to evict for one.
-    fn log_room(&self) -> bool {
+    pub(super) fn log_room(&self) -> bool {
         self.log.may_take(&self.alloc)
             || (self.log.may_grow() && self.clean_shadows.load(Ordering::Relaxed))
     }
@@ -154,6 +162,7 @@ impl Volume {
         let mut logged = true;
         let notes = self.admission_notes(hint);
         for p in self.pieces(offset, data.len() as u64) {
+            self.await_log_room(&p, hint);
             let wrote = self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
             logged &= wrote == Wrote::Logged;
             // A write that found its extent on the HDD missed flash too:
@@ -654,6 +663,9 @@ impl Volume {
         let r = dev.write_at(data, at);
         if tier == Tier::Hdd {
             self.hdd_foreground_done(t0);
+            if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
+                self.note_inplace_write(t0, self.clock.io_now());
+            }
         }
         if let Err(e) = r {
             Stats::add(&self.stats.dev_errors[i], 1);
@@ -683,7 +695,7 @@ enum Wrote {
 
 /// What the write log does with a write ([`Volume::log_way`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LogWay {
+pub(crate) enum LogWay {
     Take,
     Full,
     No,
@@ -696,7 +708,7 @@ enum LogWay {
 ///
 /// A write whose ends fall on sector boundaries is not partial so: the log
 /// takes part of a block by its sectors ([`Logged::sectors`]).
-fn partial_on_hdd(m: &Mapping, start: u64, len: u64) -> bool {
+pub(super) fn partial_on_hdd(m: &Mapping, start: u64, len: u64) -> bool {
     let end = start + len;
     if start.is_multiple_of(SECTOR) && end.is_multiple_of(SECTOR) {
         return false;

@@ -355,6 +355,20 @@ pub fn print(s: &Status) {
         human(w.written_back_bytes),
         human(w.write_back_rate as u64)
     );
+    if w.waited > 0 || w.pressed {
+        say!(
+            "write log room: {} writes waited for it ({:.1} s in all, {} went to the HDD after all), {} waiting now; write-back {}",
+            w.waited,
+            w.wait_secs,
+            w.wait_timeouts,
+            w.waiting,
+            if w.pressed {
+                "runs beside users (the log is pressed)"
+            } else {
+                "waits for the HDD to be free of users"
+            }
+        );
+    }
     let sh = &s.shadows;
     say!(
         "shadows: {} extents keep an HDD copy, {} clean, {} stale; {} pre-cleaned; {} free demotions (saved {}), {} dropped for space",

@@ -308,25 +308,27 @@ impl Migrator {
 
     /// Write logged blocks back from the SSD write log, in HDD order, so the
     /// log has room for the next burst: at once while the SSD drains (four
-    /// batches a round), else only while the HDD serves no user
-    /// (`speculative-idle`; a few extents at a time, so users coming back
-    /// are seen soon). Paced by the bucket.
+    /// batches a round); while the HDD serves no user (`speculative-idle`;
+    /// a few extents at a time, so users coming back are seen soon); and
+    /// beside users while the log is pressed ([`Migrator::write_back_pressed`]).
+    /// Paced by the bucket.
     pub(super) fn write_back(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
         let vol = &self.vol;
         let usage = vol.log_usage();
         if usage.used == 0 {
+            self.log_pressing.store(false, Ordering::Relaxed);
+            *self.pressed_end.lock() = None;
             return;
         }
         // Draining the SSD empties the log as fast as the budget allows.
         let urgent = vol.evacuating() == Some(Tier::Ssd);
-        // Else only while the HDD serves no user: writing a block back
-        // costs the HDD what writing it in place would have, so doing it
-        // beside users only slows them down (a full log sends new writes
-        // to the HDD in place, as the HDD alone would take them, and it
-        // never takes the last few reserve slots, so swaps go on:
-        // `log::cap_for`).
+        // Else while the HDD serves no user, and beside users while the
+        // log is pressed (`write_back_pressed`).
         let idle = vol.inflight() == 0 && self.hdd_free_of_users(cfg);
         if !urgent && !idle {
+            if self.log_pressed() {
+                self.write_back_pressed(cfg, report);
+            }
             return;
         }
         // While the SSD drains, full batches; else a few extents at a time
@@ -378,6 +380,92 @@ impl Migrator {
                 batch.len(),
                 |r| &mut r.written_back,
                 "write-back (the blocks stay in the log)",
+            );
+        }
+    }
+}
+
+impl Migrator {
+    /// Whether the write log is pressed ([`crate::volume::Volume::log_pressed`]),
+    /// remembering the answer for the band's next look.
+    fn log_pressed(&self) -> bool {
+        let p = self
+            .vol
+            .log_pressed(self.log_pressing.load(Ordering::Relaxed));
+        self.log_pressing.store(p, Ordering::Relaxed);
+        if !p {
+            *self.pressed_end.lock() = None;
+        }
+        p
+    }
+
+    /// Write-back beside users while the log is pressed: three quarters
+    /// full, or writes waiting for its room (`Volume::await_log_room`),
+    /// until it is back below half. Under a sustained load of writes to
+    /// HDD data the HDD is never free of users, and with write-back only
+    /// in idle time a log that filled once stayed full: every later write
+    /// went in place, a seek each. Written back, the same blocks go down
+    /// in HDD order, the extents with the most logged blocks first (the
+    /// most room for each positioning, a span merging what lies close),
+    /// and the writes waiting for that room come back at flash speed. So
+    /// the HDD's time goes to write-back while the log is pressed, groups
+    /// one after the other for up to a round's interval (the next round
+    /// follows at once), paced by the reserve's bucket. Users' reads still
+    /// come first: before each group, write-back waits while they queue on
+    /// the HDD (`busy-latency`), at most `max-backoff`; a write that finds
+    /// no room meanwhile waits no longer than it would have taken in
+    /// place, then goes there.
+    fn write_back_pressed(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
+        let vol = &self.vol;
+        let start = vol.clock().now();
+        let group = self
+            .write_back_group
+            .load(Ordering::Relaxed)
+            .clamp(1, cfg.batch.max(1));
+        let mut list: Vec<u64> = Vec::new();
+        loop {
+            if self.paused()
+                || vol.clock().now().saturating_sub(start) >= cfg.interval
+                || !self.log_pressed()
+            {
+                return;
+            }
+            self.back_off(|| vol.hdd_congested(), cfg.max_backoff);
+            if list.is_empty() {
+                let mut all = vol.logged_extents();
+                if all.is_empty() {
+                    return;
+                }
+                // Most logged blocks first (stable: HDD order among equals).
+                all.sort_by_key(|e| std::cmp::Reverse(e.1));
+                list = all
+                    .into_iter()
+                    .take(cfg.batch.max(1) * 4)
+                    .map(|(e, _)| e)
+                    .collect();
+            }
+            let n = group.min(list.len());
+            let mut batch: Vec<u64> = list.drain(..n).collect();
+            batch.sort_by_key(|e| vol.loc_of(*e).map(|l| l.slot));
+            let mut pace = |n: u64| {
+                self.pace(&self.reserve_bucket, n);
+            };
+            let t0 = vol.clock().now();
+            let result = copy::write_back_batch(vol, &batch, &mut pace);
+            // Room comes at each group's end: what a waiting write must
+            // outlast is the time from one end to the next, the rest of
+            // the round in between included (placement's copies, the
+            // exposure bound), or the group alone after a pause.
+            let end = vol.clock().now();
+            let took = end.saturating_sub(t0);
+            let since = self.pressed_end.lock().replace(end);
+            vol.note_pressed_group(since.map_or(took, |s| end.saturating_sub(s).max(took)));
+            tally(
+                report,
+                result,
+                batch.len(),
+                |r| &mut r.written_back,
+                "write-back beside users (the blocks stay in the log)",
             );
         }
     }

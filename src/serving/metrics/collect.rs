@@ -133,6 +133,14 @@ pub(super) fn describe() {
         "Writes to HDD extents that went to the HDD because the write log was full"
     );
     describe_counter!(
+        "tierd_write_log_waits_total",
+        "Writes that found the write log full and waited for room (those that got none in time also count in tierd_write_log_full_total)"
+    );
+    describe_counter!(
+        "tierd_write_log_wait_seconds_total",
+        "Whole seconds writes spent waiting for room in the write log"
+    );
+    describe_counter!(
         "tierd_written_back_bytes_total",
         "Bytes written back from the write log to the HDD"
     );
@@ -301,6 +309,9 @@ pub fn collect(live: &Live) {
     gauge!("tierd_write_log_dirty_bytes").set((usage.logged_blocks * blk) as f64);
     counter!("tierd_write_log_writes_total").absolute(Stats::get(&s.log_writes));
     counter!("tierd_write_log_full_total").absolute(Stats::get(&s.log_full));
+    counter!("tierd_write_log_waits_total").absolute(Stats::get(&s.log_waits));
+    counter!("tierd_write_log_wait_seconds_total")
+        .absolute(Stats::get(&s.log_wait_ns) / 1_000_000_000);
     counter!("tierd_written_back_bytes_total").absolute(Stats::get(&s.written_back_blocks) * blk);
     gauge!("tierd_shadow_bytes", "state" => "clean").set((usage.shadow_clean_blocks * blk) as f64);
     gauge!("tierd_shadow_bytes", "state" => "stale").set((usage.shadow_stale_blocks * blk) as f64);

@@ -1,0 +1,272 @@
+//! A write the write log would take but that finds it full waits for room
+//! (outside every lock) for at most what the same write took in place on
+//! the HDD, then goes in place as before; room that write-back frees
+//! meanwhile takes it. A log three quarters full is written back beside
+//! users, not only while the HDD is free of them, until it is back below
+//! half.
+
+mod support;
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::*;
+use tierd::clock::{Clock, ManualClock};
+use tierd::device::{BlockDevice, MemDevice};
+use tierd::units::IoHint;
+use tierd::volume::{Devices, Stats, Tier, Volume, VolumeOptions};
+
+const BLK: u64 = 4096;
+
+/// A manual clock that runs a hook (once) the next time a thread sleeps
+/// on it: what a waiting write sees happen while it waits.
+#[derive(Default)]
+struct HookClock {
+    manual: ManualClock,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    sleeps: AtomicU64,
+}
+
+impl Clock for HookClock {
+    fn now(&self) -> Duration {
+        self.manual.now()
+    }
+    fn unix_secs(&self) -> u64 {
+        self.manual.unix_secs()
+    }
+    fn sleep(&self, d: Duration) {
+        self.sleeps.fetch_add(1, Ordering::Relaxed);
+        self.manual.advance(d);
+        let hook = self.hook.lock().expect("hook").take();
+        if let Some(h) = hook {
+            h();
+        }
+    }
+}
+
+/// An HDD whose every write takes 20 ms on the clock.
+struct SlowHdd {
+    inner: Arc<MemDevice>,
+    clock: Arc<HookClock>,
+}
+
+impl BlockDevice for SlowHdd {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.clock.manual.advance(Duration::from_millis(20));
+        self.inner.write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+    fn name(&self) -> String {
+        "slow-hdd".into()
+    }
+}
+
+/// A write hint past the test beds' sequential cutoff (4 extents): a
+/// stream's write to HDD data goes in place.
+const STREAM: IoHint = IoHint {
+    seq_run: 4 * EXTENT + 1,
+};
+
+struct Rig {
+    vol: Arc<Volume>,
+    clock: Arc<HookClock>,
+    model: Vec<u8>,
+}
+
+/// 24 SSD slots (16 of them reserve: the log holds at most 14 segments
+/// of 16 places), 64 HDD slots, the HDD slow to write; extents 0..32 on
+/// the HDD, and one stream write in place that measures the HDD's write
+/// time (20 ms).
+fn rig() -> Rig {
+    let bed = Bed::new(24, 64, 16);
+    let clock = Arc::new(HookClock::default());
+    let devices = Devices {
+        ssd: bed.ssd.clone() as Arc<dyn BlockDevice>,
+        hdd: Arc::new(SlowHdd {
+            inner: bed.hdd.clone(),
+            clock: clock.clone(),
+        }) as Arc<dyn BlockDevice>,
+    };
+    let opts = VolumeOptions {
+        heat: bed.heat,
+        clock: clock.clone(),
+        ..Default::default()
+    };
+    let vol = Arc::new(Volume::open_with(devices, bed.store.clone(), opts).expect("open"));
+    let mut model = model_of(&vol);
+    for e in 0..32 {
+        hdd_extent(&vol, &mut model, e, 0, &pattern(e, EXTENT as usize));
+    }
+    assert_eq!(vol.log_usage().cap, 14);
+    let data = pattern(99, 4 * BLK as usize);
+    vol.write_hinted(31 * EXTENT, &data, false, STREAM)
+        .expect("stream write");
+    model[(31 * EXTENT) as usize..(31 * EXTENT + 4 * BLK) as usize].copy_from_slice(&data);
+    assert!(
+        logged_blocks(&vol, 31).is_empty(),
+        "the stream went in place"
+    );
+    Rig { vol, clock, model }
+}
+
+fn stat(vol: &Volume, f: impl Fn(&Stats) -> &AtomicU64) -> u64 {
+    Stats::get(f(vol.stats()))
+}
+
+/// Fill the log: one block at a time into extents 0..31 until a write
+/// finds no room. Returns how many blocks the log took.
+fn fill_log(r: &mut Rig) -> u64 {
+    let mut n = 0;
+    'fill: for b in 0..EXTENT / BLK {
+        for e in 0..31 {
+            if stat(&r.vol, |s| &s.log_full) > 0 {
+                break 'fill;
+            }
+            put(
+                &r.vol,
+                &mut r.model,
+                e * EXTENT + b * BLK,
+                &pattern(1000 + e * 16 + b, BLK as usize),
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn a_write_finding_the_log_full_waits_its_in_place_time_then_goes_in_place() {
+    let mut r = rig();
+    let sleeps0 = r.clock.sleeps.load(Ordering::Relaxed);
+    let t0 = r.clock.now();
+    let taken = fill_log(&mut r);
+    assert_eq!(
+        taken,
+        14 * 16 + 1,
+        "224 places, then the write that found none"
+    );
+    let vol = &r.vol;
+    // The last write waited, no room came, and it went in place: 20 ms of
+    // waiting (the in-place time measured), then 20 ms of writing.
+    assert_eq!(stat(vol, |s| &s.log_waits), 1);
+    assert_eq!(stat(vol, |s| &s.log_wait_timeouts), 1);
+    assert_eq!(stat(vol, |s| &s.log_wait_ns), 20_000_000);
+    assert_eq!(stat(vol, |s| &s.log_full), 1);
+    assert!(r.clock.sleeps.load(Ordering::Relaxed) > sleeps0);
+    assert!(r.clock.now() - t0 >= Duration::from_millis(40));
+    assert_reads(vol, &r.model, "after the write in place");
+    // A write into a block the log holds needs no room: no wait.
+    put(vol, &mut r.model, 0, &pattern(7, BLK as usize));
+    assert_eq!(stat(vol, |s| &s.log_waits), 1);
+    assert_reads(vol, &r.model, "after a rewrite of a logged block");
+}
+
+#[test]
+fn a_write_waiting_for_room_takes_what_write_back_frees_meanwhile() {
+    let mut r = rig();
+    fill_log(&mut r);
+    let vol = r.vol.clone();
+    assert_eq!(logged_blocks(&vol, 0).len(), 8);
+    // While the next write waits (it holds no lock: the write-back takes
+    // extent 0's), extent 0's logged blocks go home.
+    let wb = vol.clone();
+    *r.clock.hook.lock().expect("hook") = Some(Box::new(move || {
+        let out = write_back(&wb, &[0]);
+        assert!(
+            matches!(out[..], [(0, tierd::volume::MoveOutcome::Moved(_))]),
+            "{out:?}"
+        );
+    }));
+    let full = stat(&vol, |s| &s.log_full);
+    let at = 5 * EXTENT + 15 * BLK;
+    assert!(logged_blocks(&vol, 5).len() < 16);
+    put(&vol, &mut r.model, at, &pattern(4242, BLK as usize));
+    assert!(r.clock.hook.lock().expect("hook").is_none(), "the hook ran");
+    assert!(logged_blocks(&vol, 0).is_empty());
+    assert!(
+        logged_blocks(&vol, 5).contains(&15),
+        "the write took the freed room"
+    );
+    assert_eq!(stat(&vol, |s| &s.log_full), full, "not in place");
+    assert_eq!(stat(&vol, |s| &s.log_waits), 2);
+    assert_eq!(stat(&vol, |s| &s.log_wait_timeouts), 1);
+    assert_reads(&vol, &r.model, "after the wait");
+    assert_accounting(&vol, 24 + 64);
+    // The data survives a flush and a look from a fresh read.
+    vol.flush().expect("flush");
+    assert_reads(&vol, &r.model, "after a flush");
+}
+
+#[test]
+fn a_pressed_log_goes_back_beside_users_until_half_empty() {
+    let mut r = rig();
+    let vol = r.vol.clone();
+    let cfg = tierd::migrate::MigrateConfig {
+        bandwidth: tierd::units::ByteSize(0),
+        admission: false,
+        ..tierd::migrate::MigrateConfig::default()
+    };
+    let m = tierd::migrate::Migrator::new(vol.clone(), vol.heat(), cfg);
+    // 160 of 224 places: under three quarters, not pressed.
+    'fill: for b in 0..EXTENT / BLK {
+        for e in 0..31 {
+            if vol.log_usage().used >= 160 {
+                break 'fill;
+            }
+            put(
+                &vol,
+                &mut r.model,
+                e * EXTENT + b * BLK,
+                &pattern(1000 + e * 16 + b, BLK as usize),
+            );
+        }
+    }
+    assert!(!vol.log_pressed(false));
+    let mut buf = vec![0u8; BLK as usize];
+    // A user reads the HDD just before each round: the log waits.
+    r.clock.manual.advance(Duration::from_secs(1));
+    vol.read(31 * EXTENT, &mut buf).expect("read");
+    let rep = m.run_round();
+    assert_eq!(rep.written_back, 0, "{rep:?}");
+    assert_eq!(vol.log_usage().used, 160);
+    // Past three quarters (168): pressed; it stays so above half.
+    'more: for b in 0..EXTENT / BLK {
+        for e in 0..31 {
+            if vol.log_usage().used >= 170 {
+                break 'more;
+            }
+            put(
+                &vol,
+                &mut r.model,
+                e * EXTENT + b * BLK,
+                &pattern(2000 + e * 16 + b, BLK as usize),
+            );
+        }
+    }
+    assert!(vol.log_pressed(false));
+    assert!(vol.log_pressed(true));
+    r.clock.manual.advance(Duration::from_secs(1));
+    vol.read(31 * EXTENT, &mut buf).expect("read");
+    let rep = m.run_round();
+    assert!(rep.written_back > 0, "{rep:?}");
+    let used = vol.log_usage().used;
+    assert!(used * 2 < 224, "written back to below half: {used}");
+    assert!(used > 0, "not emptied beside users: {used}");
+    assert!(!vol.log_pressed(true));
+    assert_reads(&vol, &r.model, "after write-back beside users");
+    assert_eq!(
+        vol.usage().mapped[Tier::Hdd.index()],
+        32,
+        "nothing moved but the log"
+    );
+}
