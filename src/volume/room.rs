@@ -117,7 +117,14 @@ impl Volume {
     /// state from the last look), until it is back below half full. The
     /// band keeps write-back going in runs long enough to merge blocks
     /// into spans, and leaves the log half its room for the next burst.
+    /// Never while writes in place cost less than [`MIN_WAIT`] (an image
+    /// file's page cache, or nothing measured yet): then a full log costs
+    /// the users nothing, and write-back beside them would cost them its
+    /// syncs.
     pub fn log_pressed(&self, pressing: bool) -> bool {
+        if self.log_wait_bound().is_zero() {
+            return false;
+        }
         if self.log_waiters() > 0 {
             return true;
         }
