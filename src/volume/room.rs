@@ -1,7 +1,7 @@
 //! Waiting for room in the write log. A write the log would take but that
 //! finds it full waits for write-back to free a place, for at most what
-//! the same write would take in place on the HDD (the smoothed latency of
-//! users' in-place HDD writes), then goes in place as before: a full log
+//! the same write would take in place on the HDD (the smoothed time such
+//! writes took there when no room came), then goes in place as before: a full log
 //! slows new writes to the HDD's in-place speed and never below it. While
 //! writes wait, the HDD's time goes to write-back, which sends the log's
 //! blocks down in HDD order, merged into spans, where the same writes in
@@ -36,7 +36,8 @@ const PRESS_OFF: u64 = 2;
 
 /// What writes waiting for log room share.
 pub(crate) struct Room {
-    /// Smoothed latency of users' in-place HDD writes (never stale: a log
+    /// Smoothed time of users' writes the log wanted but had no room for,
+    /// in place on the HDD (never stale: a log
     /// that takes every write leaves no new samples, and the last is the
     /// best guess of what going in place would cost).
     inplace: Latency,
@@ -86,8 +87,8 @@ impl Room {
 }
 
 impl Volume {
-    /// A user's write to the HDD in place began at `t0` and ended at `t1`
-    /// (both on [`crate::clock::Clock::io_now`]'s scale).
+    /// A write the log wanted but had no room for went to the HDD in place,
+    /// from `t0` to `t1` (both on [`crate::clock::Clock::io_now`]'s scale).
     pub(crate) fn note_inplace_write(&self, t0: Duration, t1: Duration) {
         self.room
             .inplace
@@ -140,11 +141,18 @@ impl Volume {
     /// Before writing piece `p`: if the log would take it but has no room,
     /// wait for room, up to [`Volume::log_wait_bound`] (outside every lock;
     /// the write then goes where the log's room says, in place if none
-    /// came).
-    pub(crate) fn await_log_room(&self, p: &Piece, hint: IoHint) {
+    /// came). Returns whether the log wanted the write and found no room
+    /// (waited or not): if it then goes in place, its time there is what
+    /// the bound learns from — that write's, not any write's in place (a
+    /// stream's sequential writes cost the disk far less than the random
+    /// ones the log takes).
+    pub(crate) fn await_log_room(&self, p: &Piece, hint: IoHint) -> bool {
+        if !self.wants_log_room(p, hint) {
+            return false;
+        }
         let bound = self.log_wait_bound();
-        if bound.is_zero() || !self.wants_log_room(p, hint) {
-            return;
+        if bound.is_zero() {
+            return true;
         }
         let clock = self.clock.clone();
         let step = (bound / 16).clamp(MIN_STEP, MAX_STEP);
@@ -167,6 +175,7 @@ impl Volume {
         if !got {
             Stats::add(&self.stats.log_wait_timeouts, 1);
         }
+        true
     }
 
     /// Whether piece `p` is a write the log would take but has no room

@@ -162,8 +162,15 @@ impl Volume {
         let mut logged = true;
         let notes = self.admission_notes(hint);
         for p in self.pieces(offset, data.len() as u64) {
-            self.await_log_room(&p, hint);
+            // A write the log wanted but found full: what it took in place,
+            // when it went there, is what later such writes wait for room
+            // at most (`Volume::await_log_room`).
+            let wanted = self.await_log_room(&p, hint);
+            let t0 = self.clock.io_now();
             let wrote = self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
+            if wanted && wrote != Wrote::Logged {
+                self.note_inplace_write(t0, self.clock.io_now());
+            }
             logged &= wrote == Wrote::Logged;
             // A write that found its extent on the HDD missed flash too:
             // admission brings the extent up (with what the log took). Not
@@ -663,9 +670,6 @@ impl Volume {
         let r = dev.write_at(data, at);
         if tier == Tier::Hdd {
             self.hdd_foreground_done(t0);
-            if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
-                self.note_inplace_write(t0, self.clock.io_now());
-            }
         }
         if let Err(e) = r {
             Stats::add(&self.stats.dev_errors[i], 1);
@@ -735,11 +739,29 @@ fn covers_aligned(b: u32, start: u64, len: u64) -> bool {
 }
 
 /// Whether a write to blocks `first..=last` of `m` goes to its slot with no
-/// change of the mapping: every block written there, none newer in the log,
-/// a shadow already stale there, and not a write the log takes.
+/// change of the mapping: every block written there, none newer in the log
+/// (none within the logged span, below), a shadow already stale there, and
+/// not a write the log takes.
 fn writes_in_place(m: &Mapping, first: u32, last: u32, way: LogWay) -> bool {
     m.written.all(first, last)
-        && m.logged.is_empty()
+        && outside_logged_span(m, first, last)
         && m.shadow.as_ref().is_none_or(|s| s.stale.all(first, last))
         && way != LogWay::Take
+}
+
+/// Whether blocks `first..=last` lie outside the span from `m`'s first
+/// logged block to its last. Such a write may go in place under the
+/// extent's shared lock: a write-back, which holds that lock too while it
+/// copies (and copies only while the mapping is its snapshot's), writes the
+/// HDD slot only within that span — a span write-back rereads and rewrites
+/// all of it, so a write in place inside the span could be overwritten
+/// with the older data the span read, and takes the write lock instead.
+/// Once the log is full, nearly every HDD extent holds a few logged blocks,
+/// and requiring none sent every write to them under the write lock, one
+/// at a time, where the log off writes them side by side.
+fn outside_logged_span(m: &Mapping, first: u32, last: u32) -> bool {
+    match (m.logged.first(), m.logged.last()) {
+        (Some(lo), Some(hi)) => last < lo.block || first > hi.block,
+        _ => true,
+    }
 }

@@ -424,9 +424,11 @@ impl Migrator {
             .clamp(1, cfg.batch.max(1));
         let mut list: Vec<u64> = Vec::new();
         loop {
-            if self.paused()
+            // The band's state first: a round that ends on its interval
+            // with the log back below half must not leave it pressed.
+            if !self.log_pressed()
+                || self.paused()
                 || vol.clock().now().saturating_sub(start) >= cfg.interval
-                || !self.log_pressed()
             {
                 return;
             }
