@@ -1,9 +1,11 @@
 //! A write the write log would take but that finds it full waits for room
-//! (outside every lock) for at most what the same write took in place on
+//! (outside every lock) for at most what such a write took in place on
 //! the HDD, then goes in place as before; room that write-back frees
-//! meanwhile takes it. A log three quarters full is written back beside
-//! users, not only while the HDD is free of them, until it is back below
-//! half.
+//! meanwhile takes it. It waits only while the log is pressed: three
+//! quarters full (then until below half) with no user reading from the
+//! HDD; then write-back runs beside the users' writes, not only while the
+//! HDD is free of users. Beside users' reads nothing changes: writes go in
+//! place at once and write-back waits for idle time.
 
 mod support;
 
@@ -150,8 +152,22 @@ fn a_write_finding_the_log_full_waits_its_in_place_time_then_goes_in_place() {
     // The first write that found no room went in place without a wait.
     assert_eq!(stat(&vol, |s| &s.log_waits), 0);
     assert_eq!(stat(&vol, |s| &s.log_full), 1);
-    // The next waits what that one took in place (20 ms), no room comes,
-    // and it goes in place too: 20 ms of waiting, then 20 ms of writing.
+    // Not pressed (a user reads the HDD): the next goes in place at once.
+    assert!(!vol.log_pressed(false));
+    let t0 = r.clock.now();
+    put(
+        &vol,
+        &mut r.model,
+        30 * EXTENT + 14 * BLK,
+        &pattern(4, BLK as usize),
+    );
+    assert_eq!(stat(&vol, |s| &s.log_waits), 0);
+    assert_eq!(stat(&vol, |s| &s.log_full), 2);
+    assert_eq!(r.clock.now() - t0, Duration::from_millis(20));
+    // Pressed (no reads; the migrator's look): the next waits what those
+    // took in place (20 ms), no room comes, and it goes in place too: 20
+    // ms of waiting, then 20 ms of writing.
+    assert!(vol.log_pressed(true));
     let sleeps0 = r.clock.sleeps.load(Ordering::Relaxed);
     let t0 = r.clock.now();
     put(
@@ -163,7 +179,7 @@ fn a_write_finding_the_log_full_waits_its_in_place_time_then_goes_in_place() {
     assert_eq!(stat(&vol, |s| &s.log_waits), 1);
     assert_eq!(stat(&vol, |s| &s.log_wait_timeouts), 1);
     assert_eq!(stat(&vol, |s| &s.log_wait_ns), 20_000_000);
-    assert_eq!(stat(&vol, |s| &s.log_full), 2);
+    assert_eq!(stat(&vol, |s| &s.log_full), 3);
     assert!(r.clock.sleeps.load(Ordering::Relaxed) > sleeps0);
     assert_eq!(r.clock.now() - t0, Duration::from_millis(40));
     assert_reads(&vol, &r.model, "after the writes in place");
@@ -185,6 +201,7 @@ fn a_write_waiting_for_room_takes_what_write_back_frees_meanwhile() {
     fill_log(&mut r);
     let vol = r.vol.clone();
     assert_eq!(logged_blocks(&vol, 0).len(), 8);
+    assert!(vol.log_pressed(true), "full, no reads, in place measured");
     // While the next write waits (it holds no lock: the write-back takes
     // extent 0's), extent 0's logged blocks go home.
     let wb = vol.clone();
@@ -219,17 +236,26 @@ fn a_write_waiting_for_room_takes_what_write_back_frees_meanwhile() {
 fn a_pressed_log_goes_back_beside_users_until_half_empty() {
     let mut r = rig();
     let vol = r.vol.clone();
+    r.model[(31 * EXTENT) as usize..(31 * EXTENT + 4 * BLK) as usize]
+        .copy_from_slice(&pattern(31, 4 * BLK as usize));
     let cfg = tierd::migrate::MigrateConfig {
         bandwidth: tierd::units::ByteSize(0),
         admission: false,
         ..tierd::migrate::MigrateConfig::default()
     };
     let m = tierd::migrate::Migrator::new(vol.clone(), vol.heat(), cfg);
-    let mut buf = vec![0u8; BLK as usize];
-    // A user reads the HDD just before each round: idle write-back waits.
-    let busy_round = |r: &Rig| {
+    // A user writes the HDD in place just before each round (a stream's
+    // write), or reads it.
+    let busy_round = |r: &Rig, read: bool| {
         r.clock.manual.advance(Duration::from_secs(1));
-        r.vol.read(31 * EXTENT, &mut buf.clone()).expect("read");
+        if read {
+            let mut buf = vec![0u8; BLK as usize];
+            r.vol.read(31 * EXTENT, &mut buf).expect("read");
+        } else {
+            r.vol
+                .write_hinted(31 * EXTENT, &pattern(31, 4 * BLK as usize), false, STREAM)
+                .expect("stream write");
+        }
         m.run_round()
     };
     // Before any write found the log full, nothing says what going in
@@ -247,11 +273,11 @@ fn a_pressed_log_goes_back_beside_users_until_half_empty() {
             );
         }
     }
-    assert!(!vol.log_pressed(false));
-    let rep = busy_round(&r);
+    assert!(!vol.log_pressed(true));
+    let rep = busy_round(&r, false);
     assert_eq!(rep.written_back, 0, "{rep:?}");
     // A write finds it full and goes in place (20 ms): now it is pressed,
-    // and a round beside users writes it back to below half, not empty.
+    // but not beside a user's reads: those come first.
     put(
         &vol,
         &mut r.model,
@@ -259,13 +285,17 @@ fn a_pressed_log_goes_back_beside_users_until_half_empty() {
         &pattern(3, BLK as usize),
     );
     assert_eq!(stat(&vol, |s| &s.log_full), 1);
-    assert!(vol.log_pressed(false));
-    let rep = busy_round(&r);
+    let rep = busy_round(&r, true);
+    assert_eq!(rep.written_back, 0, "{rep:?}");
+    assert!(!vol.log_pressing());
+    // Beside a user's writes, a round writes it back to below half, not
+    // empty.
+    let rep = busy_round(&r, false);
     assert!(rep.written_back > 0, "{rep:?}");
     let used = vol.log_usage().used;
     assert!(used * 2 < 224, "written back to below half: {used}");
     assert!(used > 0, "not emptied beside users: {used}");
-    assert!(!vol.log_pressed(true));
+    assert!(!vol.log_pressing());
     // Back up to 160 of 224 (under three quarters): not pressed, and the
     // log waits for the HDD to be free of users again.
     'more: for b in 0..EXTENT / BLK {
@@ -284,11 +314,10 @@ fn a_pressed_log_goes_back_beside_users_until_half_empty() {
             );
         }
     }
-    assert!(!vol.log_pressed(false));
-    let rep = busy_round(&r);
+    let rep = busy_round(&r, false);
     assert_eq!(rep.written_back, 0, "{rep:?}");
     assert_eq!(vol.log_usage().used, 160);
-    buf.fill(0);
+    assert!(!vol.log_pressing());
     assert_reads(&vol, &r.model, "after write-back beside users");
     assert_eq!(
         vol.usage().mapped[Tier::Hdd.index()],

@@ -183,9 +183,6 @@ pub struct Migrator {
     /// (`upkeep::write_back`): grown until a group's syncs take at most a
     /// quarter of its time.
     write_back_group: std::sync::atomic::AtomicUsize,
-    /// Write-back runs beside users: the log passed three quarters full
-    /// and has not yet come back below half (`Volume::log_pressed`).
-    log_pressing: AtomicBool,
     /// When the last group of write-back beside users ended, while the log
     /// has stayed pressed since (`upkeep::write_back_pressed`).
     pressed_end: Mutex<Option<Duration>>,
@@ -278,7 +275,6 @@ impl Migrator {
             preclean_none: Mutex::new(None),
             preclean_list: Mutex::new((std::collections::VecDeque::new(), Duration::ZERO)),
             write_back_group: std::sync::atomic::AtomicUsize::new(SPECULATIVE_BATCH),
-            log_pressing: AtomicBool::new(false),
             pressed_end: Mutex::new(None),
             exposure_bound: AtomicU64::new(0),
         }
@@ -338,12 +334,6 @@ impl Migrator {
     /// volume's capacity does not change ([`Volume::set_reserve_target`]).
     pub fn set_reserve_extents(&self, extents: u64) {
         self.vol.set_reserve_target(extents);
-    }
-
-    /// Whether write-back runs beside users now (the write log is
-    /// pressed, `Volume::log_pressed`, as of the migrator's last look).
-    pub fn log_pressing(&self) -> bool {
-        self.log_pressing.load(Ordering::Relaxed)
     }
 
     /// Rounds run so far.

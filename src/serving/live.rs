@@ -564,7 +564,7 @@ impl Live {
             wait_secs: Stats::get(&s.log_wait_ns) as f64 / 1e9,
             wait_timeouts: Stats::get(&s.log_wait_timeouts),
             waiting: vol.log_waiters() as u64,
-            pressed: self.migrator.log_pressing(),
+            pressed: vol.log_pressing(),
         };
         let shadows = ShadowStatus {
             extents: usage.shadows,

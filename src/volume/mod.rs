@@ -227,6 +227,9 @@ pub struct Volume {
     room: room::Room,
     /// When the HDD last served foreground I/O (ns on the volume's clock).
     hdd_fg_at: stamp::Stamp,
+    /// When the HDD last served a user's read (ns on the volume's clock;
+    /// `u64::MAX`: never).
+    hdd_read_at: stamp::Stamp,
     /// The ledger of HDD time: what placement spends, what flash saves.
     ledger: ledger::Ledger,
     /// When a foreground write last took a slot for new data (volume
@@ -334,6 +337,12 @@ impl Volume {
         self.hdd_fg_at.since(self.clock.as_ref())
     }
 
+    /// How long the HDD has served no user's read, on the volume's clock
+    /// (`Duration::MAX` if none since the volume opened).
+    pub fn hdd_reads_idle(&self) -> std::time::Duration {
+        self.hdd_read_at.since(self.clock.as_ref())
+    }
+
     /// Note foreground I/O on the HDD now (for [`Volume::hdd_foreground_idle`]).
     pub(crate) fn hdd_foreground_now(&self) {
         self.hdd_fg_at.note(self.clock.as_ref());
@@ -361,6 +370,9 @@ impl Volume {
     /// as the daemon sees it.
     pub(crate) fn sample_hdd_read(&self, io0: std::time::Duration) {
         let end = self.clock.io_now();
+        if crate::device::IoClass::current() == crate::device::IoClass::Foreground {
+            self.hdd_read_at.note(self.clock.as_ref());
+        }
         self.hdd_latency
             .sample(end.saturating_sub(io0), end, LATENCY_FRESH);
         self.hdd_foreground_done(io0);

@@ -5,10 +5,11 @@
 //! slows new writes to the HDD's in-place speed and never below it. While
 //! writes wait, the HDD's time goes to write-back, which sends the log's
 //! blocks down in HDD order, merged into spans, where the same writes in
-//! place would each cost a seek. The waiters are one of the signals the
-//! migrator's write-back steers by ([`Volume::log_pressed`]).
+//! place would each cost a seek. Writes wait only while write-back runs
+//! beside users ([`Volume::log_pressed`]: the log over its band, no user
+//! reading from the HDD), and the waiters keep it running.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::io::{block_span, Latency, Piece};
@@ -47,6 +48,9 @@ pub(crate) struct Room {
     group: Latency,
     /// Writes waiting for room now.
     waiters: AtomicUsize,
+    /// Write-back runs beside users ([`Volume::log_pressed`]): writes wait
+    /// for room only while it does.
+    pressing: AtomicBool,
 }
 
 impl Default for Room {
@@ -58,6 +62,7 @@ impl Default for Room {
             inplace,
             group,
             waiters: AtomicUsize::new(0),
+            pressing: AtomicBool::new(false),
         }
     }
 }
@@ -112,20 +117,35 @@ impl Volume {
         self.room.waiters.load(Ordering::Relaxed)
     }
 
-    /// Whether the write log wants write-back beside users (the migrator's
-    /// write-back steers by it): once it is three quarters full, or a
-    /// write waits for room; and, once it does (`pressing`, the caller's
-    /// state from the last look), until it is back below half full. The
-    /// band keeps write-back going in runs long enough to merge blocks
-    /// into spans, and leaves the log half its room for the next burst.
-    /// Never while writes in place cost less than [`MIN_WAIT`] (an image
-    /// file's page cache, or nothing measured yet): then a full log costs
-    /// the users nothing, and write-back beside them would cost them its
-    /// syncs.
-    pub fn log_pressed(&self, pressing: bool) -> bool {
-        if self.log_wait_bound().is_zero() {
-            return false;
-        }
+    /// Whether write-back runs beside users now (the state of the last
+    /// [`Volume::log_pressed`]).
+    pub fn log_pressing(&self) -> bool {
+        self.room.pressing.load(Ordering::Relaxed)
+    }
+
+    /// Look whether the write log wants write-back beside users (the
+    /// migrator's write-back steers by it), and remember the answer: once
+    /// it is three quarters full, or a write waits for room; and, once it
+    /// does, until it is back below half. The band keeps write-back going
+    /// in runs long enough to merge blocks into spans, and leaves the log
+    /// half its room for the next burst. Never while users read from the
+    /// HDD (`reads_quiet` false: one did within `speculative-idle`): the
+    /// reads are what users wait for, and each would wait behind the
+    /// write-back's spans, where a write sent in place costs them one
+    /// write's time; so beside reads the log's writes go in place as
+    /// before, and write-back waits for idle time. Never either while
+    /// writes in place cost less than [`MIN_WAIT`] (an image file's page
+    /// cache, or nothing measured yet): then a full log costs the users
+    /// nothing, and write-back beside them would cost them its syncs.
+    pub fn log_pressed(&self, reads_quiet: bool) -> bool {
+        let p = reads_quiet && !self.log_wait_bound().is_zero() && self.log_over_band();
+        self.room.pressing.store(p, Ordering::Relaxed);
+        p
+    }
+
+    /// Whether the log is over its band ([`Volume::log_pressed`]), given
+    /// whether it was pressed at the last look.
+    fn log_over_band(&self) -> bool {
         if self.log_waiters() > 0 {
             return true;
         }
@@ -134,8 +154,17 @@ impl Volume {
         if room == 0 {
             return false;
         }
-        let mark = if pressing { PRESS_OFF } else { PRESS_ON };
+        let mark = if self.log_pressing() {
+            PRESS_OFF
+        } else {
+            PRESS_ON
+        };
         u.used * 4 >= room * mark
+    }
+
+    /// Stop pressing (the log is empty, or the migrator is told to stop).
+    pub fn log_unpress(&self) {
+        self.room.pressing.store(false, Ordering::Relaxed);
     }
 
     /// Before writing piece `p`: if the log would take it but has no room,
@@ -151,7 +180,8 @@ impl Volume {
             return false;
         }
         let bound = self.log_wait_bound();
-        if bound.is_zero() {
+        if bound.is_zero() || !self.log_pressing() {
+            // No write-back beside users to bring room: in place now.
             return true;
         }
         let clock = self.clock.clone();
@@ -163,7 +193,7 @@ impl Volume {
             if self.log_room() {
                 break true;
             }
-            if waited >= bound {
+            if waited >= bound || !self.log_pressing() {
                 break false;
             }
             clock.sleep(step.min(bound - waited));

@@ -316,7 +316,7 @@ impl Migrator {
         let vol = &self.vol;
         let usage = vol.log_usage();
         if usage.used == 0 {
-            self.log_pressing.store(false, Ordering::Relaxed);
+            vol.log_unpress();
             *self.pressed_end.lock() = None;
             return;
         }
@@ -326,7 +326,7 @@ impl Migrator {
         // log is pressed (`write_back_pressed`).
         let idle = vol.inflight() == 0 && self.hdd_free_of_users(cfg);
         if !urgent && !idle {
-            if self.log_pressed() {
+            if self.log_pressed(cfg) {
                 self.write_back_pressed(cfg, report);
             }
             return;
@@ -386,13 +386,13 @@ impl Migrator {
 }
 
 impl Migrator {
-    /// Whether the write log is pressed ([`crate::volume::Volume::log_pressed`]),
-    /// remembering the answer for the band's next look.
-    fn log_pressed(&self) -> bool {
-        let p = self
-            .vol
-            .log_pressed(self.log_pressing.load(Ordering::Relaxed));
-        self.log_pressing.store(p, Ordering::Relaxed);
+    /// Whether the write log is pressed ([`crate::volume::Volume::log_pressed`]:
+    /// over its band while no user has read from the HDD for
+    /// `speculative-idle`).
+    fn log_pressed(&self, cfg: &MigrateConfig) -> bool {
+        let quiet =
+            cfg.speculative_idle.is_zero() || self.vol.hdd_reads_idle() >= cfg.speculative_idle;
+        let p = self.vol.log_pressed(quiet);
         if !p {
             *self.pressed_end.lock() = None;
         }
@@ -410,10 +410,10 @@ impl Migrator {
     /// and the writes waiting for that room come back at flash speed. So
     /// the HDD's time goes to write-back while the log is pressed, groups
     /// one after the other for up to a round's interval (the next round
-    /// follows at once), paced by the reserve's bucket. Users' reads still
-    /// come first: before each group, write-back waits while they queue on
-    /// the HDD (`busy-latency`), at most `max-backoff`; a write that finds
-    /// no room meanwhile waits no longer than it would have taken in
+    /// follows at once), paced by the reserve's bucket. Users' reads come
+    /// first: a read on the HDD ends the pressure (looked at before each
+    /// group), and a write that finds no room then goes in place at once;
+    /// while pressed, it waits no longer than it would have taken in
     /// place, then goes there.
     fn write_back_pressed(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
         let vol = &self.vol;
@@ -426,13 +426,12 @@ impl Migrator {
         loop {
             // The band's state first: a round that ends on its interval
             // with the log back below half must not leave it pressed.
-            if !self.log_pressed()
+            if !self.log_pressed(cfg)
                 || self.paused()
                 || vol.clock().now().saturating_sub(start) >= cfg.interval
             {
                 return;
             }
-            self.back_off(|| vol.hdd_congested(), cfg.max_backoff);
             if list.is_empty() {
                 let mut all = vol.logged_extents();
                 if all.is_empty() {
