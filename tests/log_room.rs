@@ -325,3 +325,85 @@ fn a_pressed_log_goes_back_beside_users_until_half_empty() {
         "nothing moved but the log"
     );
 }
+
+/// An HDD whose every write takes 2 ms of real time.
+struct RealSlowHdd(Arc<MemDevice>);
+
+impl BlockDevice for RealSlowHdd {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        std::thread::sleep(Duration::from_millis(2));
+        self.0.write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync()
+    }
+    fn name(&self) -> String {
+        "real-slow-hdd".into()
+    }
+}
+
+#[test]
+fn the_write_back_thread_drains_a_pressed_log_beside_a_writer() {
+    let bed = Bed::new(24, 64, 16);
+    let devices = Devices {
+        ssd: bed.ssd.clone() as Arc<dyn BlockDevice>,
+        hdd: Arc::new(RealSlowHdd(bed.hdd.clone())) as Arc<dyn BlockDevice>,
+    };
+    // The real clock: the thread runs in real time, as in the daemon.
+    let opts = VolumeOptions {
+        heat: bed.heat,
+        ..Default::default()
+    };
+    let vol = Arc::new(Volume::open_with(devices, bed.store.clone(), opts).expect("open"));
+    let mut model = model_of(&vol);
+    for e in 0..32 {
+        hdd_extent(&vol, &mut model, e, 0, &pattern(e, EXTENT as usize));
+    }
+    // No round within the test (the first comes after an hour): only the
+    // write-back thread can write the log back.
+    let cfg = tierd::migrate::MigrateConfig {
+        bandwidth: tierd::units::ByteSize(0),
+        admission: false,
+        interval: Duration::from_secs(3600),
+        ..tierd::migrate::MigrateConfig::default()
+    };
+    let m = Arc::new(tierd::migrate::Migrator::new(vol.clone(), vol.heat(), cfg));
+    let handle = m.spawn().expect("spawn the migrator");
+    // One writer, one new block at a time over extents 0..31, for at most
+    // 30 s: the log fills, a write goes in place (2 ms: now it is pressed),
+    // the thread writes it back beside the writer, and writes wait for the
+    // room it frees.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut k = 0u64;
+    let done =
+        |v: &Volume| stat(v, |s| &s.written_back_blocks) > 0 && stat(v, |s| &s.log_waits) > 0;
+    while !done(&vol) && std::time::Instant::now() < deadline {
+        let (e, b) = (k % 31, (k / 31) % (EXTENT / BLK));
+        put(
+            &vol,
+            &mut model,
+            e * EXTENT + b * BLK,
+            &pattern(7000 + k, BLK as usize),
+        );
+        k += 1;
+    }
+    handle.stop();
+    assert!(
+        done(&vol),
+        "after {k} writes: written back {} blocks, {} writes waited",
+        stat(&vol, |s| &s.written_back_blocks),
+        stat(&vol, |s| &s.log_waits)
+    );
+    assert!(
+        stat(&vol, |s| &s.log_writes) > 224,
+        "the freed room took writes"
+    );
+    assert_reads(&vol, &model, "after write-back beside the writer");
+    assert_accounting(&vol, 24 + 64);
+}

@@ -39,6 +39,10 @@ use crate::volume::{MoveOutcome, Stats, Tier, Volume};
 /// just before users come back holds them up for a few extents at most.
 const SPECULATIVE_BATCH: usize = 4;
 
+/// How often the write-back thread looks whether the log is pressed
+/// (`Migrator::pressed_main`).
+const PRESSED_POLL: Duration = Duration::from_millis(20);
+
 /// Least time between two warnings of failed admissions (a dead device
 /// fails every one).
 const ADMIT_WARN_EVERY: Duration = Duration::from_secs(10);
@@ -186,6 +190,9 @@ pub struct Migrator {
     /// When the last group of write-back beside users ended, while the log
     /// has stayed pressed since (`upkeep::write_back_pressed`).
     pressed_end: Mutex<Option<Duration>>,
+    /// Held while write-back runs beside users (the round or the
+    /// write-back thread, one at a time).
+    pressed_run: Mutex<()>,
     /// `durability.ssd-exposure` in ns (0: no bound).
     exposure_bound: AtomicU64,
 }
@@ -196,6 +203,9 @@ pub struct MigratorHandle {
     thread: Option<JoinHandle<()>>,
     /// The admitting thread and its stop flag.
     admit: Option<(Arc<std::sync::atomic::AtomicBool>, JoinHandle<()>)>,
+    /// The thread that writes the log back beside users while it is
+    /// pressed, and its stop flag.
+    pressed: Option<(Arc<std::sync::atomic::AtomicBool>, JoinHandle<()>)>,
 }
 
 enum Signal {
@@ -215,7 +225,10 @@ impl MigratorHandle {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        if let Some((stop, t)) = self.admit.take() {
+        for (stop, t) in [self.admit.take(), self.pressed.take()]
+            .into_iter()
+            .flatten()
+        {
             stop.store(true, Ordering::Relaxed);
             let _ = t.join();
         }
@@ -276,6 +289,7 @@ impl Migrator {
             preclean_list: Mutex::new((std::collections::VecDeque::new(), Duration::ZERO)),
             write_back_group: std::sync::atomic::AtomicUsize::new(SPECULATIVE_BATCH),
             pressed_end: Mutex::new(None),
+            pressed_run: Mutex::new(()),
             exposure_bound: AtomicU64::new(0),
         }
     }
@@ -744,11 +758,45 @@ impl Migrator {
         let admit = std::thread::Builder::new()
             .name("tierd-admit".into())
             .spawn(move || me.admit_main(&flag))?;
+        let stop2 = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (me, flag) = (self.clone(), stop2.clone());
+        let pressed = std::thread::Builder::new()
+            .name("tierd-writeback".into())
+            .spawn(move || me.pressed_main(&flag))?;
         Ok(MigratorHandle {
             tx,
             thread: Some(thread),
             admit: Some((stop, admit)),
+            pressed: Some((stop2, pressed)),
         })
+    }
+
+    /// The write-back thread: while the write log is pressed, writes it
+    /// back beside users (`upkeep::write_back_pressed`), looking every
+    /// [`PRESSED_POLL`] (real time) otherwise. A thread of its own, as
+    /// bcache's write-back is: inside the round it waited for placement's
+    /// moves, which back off for the very load that fills the log (through
+    /// the daemon, the first 30 s of a sustained load sent 95 writes a
+    /// second in place, the round busy elsewhere). The round still runs it
+    /// too, where no thread is spawned (the bench's virtual clock); one of
+    /// them at a time.
+    fn pressed_main(&self, stop: &std::sync::atomic::AtomicBool) {
+        let _class = IoClass::Background.enter();
+        while !stop.load(Ordering::Relaxed) {
+            let cfg = self.config();
+            if cfg.enabled && !self.paused() && self.vol.evacuating().is_none() {
+                let mut report = RoundReport::default();
+                let ran = catch_unwind(AssertUnwindSafe(|| {
+                    self.write_back_if_pressed(&cfg, &mut report)
+                }));
+                match ran {
+                    Ok(true) if report.written_back + report.raced > 0 => continue,
+                    Ok(_) => {}
+                    Err(_) => error!("write-back beside users panicked; it goes on"),
+                }
+            }
+            std::thread::sleep(PRESSED_POLL);
+        }
     }
 
     /// The admitting thread: brings up each extent a read missed as soon

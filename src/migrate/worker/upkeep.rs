@@ -326,9 +326,7 @@ impl Migrator {
         // log is pressed (`write_back_pressed`).
         let idle = vol.inflight() == 0 && self.hdd_free_of_users(cfg);
         if !urgent && !idle {
-            if self.log_pressed(cfg) {
-                self.write_back_pressed(cfg, report);
-            }
+            self.write_back_if_pressed(cfg, report);
             return;
         }
         // While the SSD drains, full batches; else a few extents at a time
@@ -386,6 +384,24 @@ impl Migrator {
 }
 
 impl Migrator {
+    /// Write back beside users if the log is pressed (and say whether it
+    /// was); an empty log is not.
+    pub(super) fn write_back_if_pressed(
+        &self,
+        cfg: &MigrateConfig,
+        report: &mut RoundReport,
+    ) -> bool {
+        if self.vol.log_usage().used == 0 {
+            self.vol.log_unpress();
+            return false;
+        }
+        if !self.log_pressed(cfg) {
+            return false;
+        }
+        self.write_back_pressed(cfg, report);
+        true
+    }
+
     /// Whether the write log is pressed ([`crate::volume::Volume::log_pressed`]:
     /// over its band while no user has read from the HDD for
     /// `speculative-idle`).
@@ -417,6 +433,10 @@ impl Migrator {
     /// place, then goes there.
     fn write_back_pressed(&self, cfg: &MigrateConfig, report: &mut RoundReport) {
         let vol = &self.vol;
+        let Some(_one) = self.pressed_run.try_lock() else {
+            // The other thread is at it.
+            return;
+        };
         let start = vol.clock().now();
         let group = self
             .write_back_group
