@@ -381,8 +381,11 @@ fn the_write_back_thread_drains_a_pressed_log_beside_a_writer() {
     // room it frees.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let mut k = 0u64;
-    let done =
-        |v: &Volume| stat(v, |s| &s.written_back_blocks) > 0 && stat(v, |s| &s.log_waits) > 0;
+    let done = |v: &Volume| {
+        stat(v, |s| &s.written_back_blocks) > 0
+            && stat(v, |s| &s.log_waits) > 0
+            && stat(v, |s| &s.log_writes) > 300
+    };
     while !done(&vol) && std::time::Instant::now() < deadline {
         let (e, b) = (k % 31, (k / 31) % (EXTENT / BLK));
         put(
@@ -396,13 +399,10 @@ fn the_write_back_thread_drains_a_pressed_log_beside_a_writer() {
     handle.stop();
     assert!(
         done(&vol),
-        "after {k} writes: written back {} blocks, {} writes waited",
+        "after {k} writes: written back {} blocks, {} writes waited, {} to the log (224 fill it)",
         stat(&vol, |s| &s.written_back_blocks),
-        stat(&vol, |s| &s.log_waits)
-    );
-    assert!(
-        stat(&vol, |s| &s.log_writes) > 224,
-        "the freed room took writes"
+        stat(&vol, |s| &s.log_waits),
+        stat(&vol, |s| &s.log_writes)
     );
     assert_reads(&vol, &model, "after write-back beside the writer");
     assert_accounting(&vol, 24 + 64);

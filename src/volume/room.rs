@@ -167,22 +167,19 @@ impl Volume {
         self.room.pressing.store(false, Ordering::Relaxed);
     }
 
-    /// Before writing piece `p`: if the log would take it but has no room,
-    /// wait for room, up to [`Volume::log_wait_bound`] (outside every lock;
-    /// the write then goes where the log's room says, in place if none
-    /// came). Returns whether the log wanted the write and found no room
-    /// (waited or not): if it then goes in place, its time there is what
-    /// the bound learns from — that write's, not any write's in place (a
-    /// stream's sequential writes cost the disk far less than the random
-    /// ones the log takes).
-    pub(crate) fn await_log_room(&self, p: &Piece, hint: IoHint) -> bool {
-        if !self.wants_log_room(p, hint) {
-            return false;
-        }
+    /// Before writing piece `p`, while the log is pressed: if the log would
+    /// take it but has no room, wait for room, up to
+    /// [`Volume::log_wait_bound`] (outside every lock; the write then goes
+    /// where the log's room says, in place if none came). The bound learns
+    /// from the device time of writes the log wanted and sent in place
+    /// (`Volume::note_inplace_write`, from the write paths): those
+    /// writes', not any write's in place (a stream's sequential writes
+    /// cost the disk far less than the random ones the log takes), and not
+    /// their waits for the extent's lock.
+    pub(crate) fn await_log_room(&self, p: &Piece, hint: IoHint) {
         let bound = self.log_wait_bound();
-        if bound.is_zero() || !self.log_pressing() {
-            // No write-back beside users to bring room: in place now.
-            return true;
+        if bound.is_zero() || !self.log_pressing() || !self.wants_log_room(p, hint) {
+            return;
         }
         let clock = self.clock.clone();
         let step = (bound / 16).clamp(MIN_STEP, MAX_STEP);
@@ -205,7 +202,6 @@ impl Volume {
         if !got {
             Stats::add(&self.stats.log_wait_timeouts, 1);
         }
-        true
     }
 
     /// Whether piece `p` is a write the log would take but has no room

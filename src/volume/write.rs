@@ -162,15 +162,12 @@ impl Volume {
         let mut logged = true;
         let notes = self.admission_notes(hint);
         for p in self.pieces(offset, data.len() as u64) {
-            // A write the log wanted but found full: what it took in place,
-            // when it went there, is what later such writes wait for room
-            // at most (`Volume::await_log_room`).
-            let wanted = self.await_log_room(&p, hint);
-            let t0 = self.clock.io_now();
-            let wrote = self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
-            if wanted && wrote != Wrote::Logged {
-                self.note_inplace_write(t0, self.clock.io_now());
+            // Only while write-back runs beside users may room come: one
+            // atomic load on every other write.
+            if self.log_pressing() {
+                self.await_log_room(&p, hint);
             }
+            let wrote = self.write_piece(p, &data[p.at as usize..(p.at + p.len) as usize], hint)?;
             logged &= wrote == Wrote::Logged;
             // A write that found its extent on the HDD missed flash too:
             // admission brings the extent up (with what the log took). Not
@@ -221,11 +218,15 @@ impl Volume {
                 shadowed = m.loc.tier == Tier::Ssd && m.shadow.is_some();
                 let way = self.log_way(&p, m, hint);
                 if writes_in_place(m, first, last, way) {
+                    let t0 = self.clock.io_now();
                     let r = self.shared_write(p.extent, (first, last), || {
                         self.device_write(m.loc, p.start, data)
                     });
                     if r.is_ok() {
                         self.count_log_full(way);
+                        if way == LogWay::Full {
+                            self.note_inplace_write(t0, self.clock.io_now());
+                        }
                     }
                     return r.map(|()| Wrote::Elsewhere);
                 }
@@ -538,11 +539,17 @@ impl Volume {
             .collect();
         // As in `write_locked`: no flush past this point until the record.
         let _gate = self.meta_gate.read();
+        let t0 = self.clock.io_now();
         let result = match self.widen(p.extent, &m, p.start, data, keep) {
             Ok(None) => self.write_blocks(&devs, first, p.start, data),
             Ok(Some((lo, buf))) => self.write_blocks(&devs, first, lo, &buf),
             Err(e) => Err(e),
         };
+        if full && result.is_ok() {
+            // A write the log wanted, in place (in part): what waiting
+            // for room is measured against (`Volume::await_log_room`).
+            self.note_inplace_write(t0, self.clock.io_now());
+        }
         if let Err(e) = result {
             give_back(&taken);
             *guard = Some(m);
