@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tracing::{debug, error, warn};
 
+mod pressed;
 mod upkeep;
 
 use super::bucket::TokenBucket;
@@ -38,10 +39,6 @@ use crate::volume::{MoveOutcome, Stats, Tier, Volume};
 /// extents, each only while the HDD is free of users: a group that starts
 /// just before users come back holds them up for a few extents at most.
 const SPECULATIVE_BATCH: usize = 4;
-
-/// How often the write-back thread looks whether the log is pressed
-/// (`Migrator::pressed_main`).
-const PRESSED_POLL: Duration = Duration::from_millis(20);
 
 /// Least time between two warnings of failed admissions (a dead device
 /// fails every one).
@@ -769,34 +766,6 @@ impl Migrator {
             admit: Some((stop, admit)),
             pressed: Some((stop2, pressed)),
         })
-    }
-
-    /// The write-back thread: while the write log is pressed, writes it
-    /// back beside users (`upkeep::write_back_pressed`), looking every
-    /// [`PRESSED_POLL`] (real time) otherwise. A thread of its own, as
-    /// bcache's write-back is: inside the round it waited for placement's
-    /// moves, which back off for the very load that fills the log (through
-    /// the daemon, the first 30 s of a sustained load sent 95 writes a
-    /// second in place, the round busy elsewhere). The round still runs it
-    /// too, where no thread is spawned (the bench's virtual clock); one of
-    /// them at a time.
-    fn pressed_main(&self, stop: &std::sync::atomic::AtomicBool) {
-        let _class = IoClass::Background.enter();
-        while !stop.load(Ordering::Relaxed) {
-            let cfg = self.config();
-            if cfg.enabled && !self.paused() && self.vol.evacuating().is_none() {
-                let mut report = RoundReport::default();
-                let ran = catch_unwind(AssertUnwindSafe(|| {
-                    self.write_back_if_pressed(&cfg, &mut report)
-                }));
-                match ran {
-                    Ok(true) if report.written_back + report.raced > 0 => continue,
-                    Ok(_) => {}
-                    Err(_) => error!("write-back beside users panicked; it goes on"),
-                }
-            }
-            std::thread::sleep(PRESSED_POLL);
-        }
     }
 
     /// The admitting thread: brings up each extent a read missed as soon

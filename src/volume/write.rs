@@ -218,13 +218,13 @@ impl Volume {
                 shadowed = m.loc.tier == Tier::Ssd && m.shadow.is_some();
                 let way = self.log_way(&p, m, hint);
                 if writes_in_place(m, first, last, way) {
-                    let t0 = self.clock.io_now();
+                    let t0 = (way == LogWay::Full).then(|| self.clock.io_now());
                     let r = self.shared_write(p.extent, (first, last), || {
                         self.device_write(m.loc, p.start, data)
                     });
                     if r.is_ok() {
                         self.count_log_full(way);
-                        if way == LogWay::Full {
+                        if let Some(t0) = t0 {
                             self.note_inplace_write(t0, self.clock.io_now());
                         }
                     }
@@ -539,13 +539,13 @@ impl Volume {
             .collect();
         // As in `write_locked`: no flush past this point until the record.
         let _gate = self.meta_gate.read();
-        let t0 = self.clock.io_now();
+        let t0 = full.then(|| self.clock.io_now());
         let result = match self.widen(p.extent, &m, p.start, data, keep) {
             Ok(None) => self.write_blocks(&devs, first, p.start, data),
             Ok(Some((lo, buf))) => self.write_blocks(&devs, first, lo, &buf),
             Err(e) => Err(e),
         };
-        if full && result.is_ok() {
+        if let (Some(t0), true) = (t0, result.is_ok()) {
             // A write the log wanted, in place (in part): what waiting
             // for room is measured against (`Volume::await_log_room`).
             self.note_inplace_write(t0, self.clock.io_now());
