@@ -53,10 +53,9 @@ impl Volume {
         let guard = self.slot_lock(p.extent).try_read()?;
         let m = guard.as_ref()?;
         let way = self.log_way(&p, m, hint);
-        if !writes_in_place(m, first, last, way)
-            || (way == LogWay::Full && !self.log_wait_bound().is_zero())
-        {
-            // A full log: the blocking path may wait for room.
+        if !writes_in_place(m, first, last, way) || (way == LogWay::Full && self.log_pressing()) {
+            // A full log while write-back runs beside users: the blocking
+            // path may wait for room (it waits at no other time).
             return None;
         }
         let dev = self.devices.get(m.loc.tier);
