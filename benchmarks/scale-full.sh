@@ -6,7 +6,7 @@
 #
 #   - the fill's rate per tenth of the volume (writes per second between
 #     the moments the writes crossed each tenth of the extents; fio's
-#     per-second log) and the last tenth over the first;
+#     log of every write) and the last tenth over the first;
 #   - bytes written to the SSD and the HDD per host byte (tierctl status:
 #     every device write, copies and the write log included);
 #   - the daemon's resident memory: peak during the fill, right after it,
@@ -141,7 +141,7 @@ for s in "${size_list[@]}"; do
     t0=$(now)
     fio --name=fill --ioengine=nbd --uri="nbd://127.0.0.1:$port" --rw=write:1020k --bs=4k \
         --iodepth=16 --size="$size" --io_size=$((extents * 4))k --output-format=json \
-        --write_iops_log="$data.fill" --log_avg_msec=1000 >"$data.fill.json" 2>"$data.fill.err" ||
+        --write_lat_log="$data.fill" --log_avg_msec=0 >"$data.fill.json" 2>"$data.fill.err" ||
         die "fio failed for $s: $(tail -3 "$data.fill.err")"
     fill_s=$(elapsed "$t0")
     rss_after=$(rss_kib "$pid")
@@ -151,28 +151,21 @@ for s in "${size_list[@]}"; do
     full=$(jq '.write_log.full' <<<"$st")
     mapped_fill=$(jq '[.tiers[].extents] | add' <<<"$st")
     [ "$mapped_fill" = "$extents" ] || log "$s: $mapped_fill of $extents extents mapped after the fill"
-    # Per tenth: the second at which the cumulative writes crossed each
-    # tenth, and the rate between crossings.
-    tenths=$(awk -F, -v total="$extents" -v end_s="$fill_s" '
-        { sec = int(($1 + 999) / 1000); w[sec] += $2; if (sec > last) last = sec }
+    # Per tenth: the moment the fill's writes crossed each tenth of the
+    # extents (fio's log of every write's completion, in ms since the job
+    # began), and the rate between crossings. Per-second logs made a fill
+    # of seconds one window per tenth or less, its tenths meaningless.
+    tenths=$(awk -F, -v total="$extents" '
+        { n++; t[n] = $1 }
         END {
-            # The moment the writes crossed each tenth, interpolated within
-            # its second; writes the log missed at the end count at the end.
-            k = 1; cum = 0; prev_t = 0
-            for (t = 1; t <= last && k <= 10; t++) {
-                while (k <= 10 && w[t] > 0 && cum + w[t] >= total * k / 10) {
-                    at = (t - 1) + (total * k / 10 - cum) / w[t]
-                    printf "%s%.0f", (k > 1 ? "," : ""), (total / 10) / (at - prev_t)
-                    prev_t = at; k++
-                }
-                cum += w[t]
+            prev = 0
+            for (k = 1; k <= 10; k++) {
+                i = int(total * k / 10); if (i > n) i = n; if (i < 1) i = 1
+                at = t[i] / 1000; if (at <= prev) at = prev + 0.001
+                printf "%s%.0f", (k > 1 ? "," : ""), (total / 10) / (at - prev)
+                prev = at
             }
-            for (; k <= 10; k++) {
-                at = (end_s > prev_t ? end_s : prev_t + 1)
-                printf "%s%.0f", (k > 1 ? "," : ""), (total / 10) / (at - prev_t)
-                prev_t = at
-            }
-        }' "$data.fill_iops.1.log")
+        }' "$data.fill_lat.1.log")
     log "$s: filled in ${fill_s}s; writes/s per tenth: $tenths"
     if [ "$seq_pass" = 1 ]; then
         log "$s: sequential pass over $size bytes"
@@ -182,9 +175,18 @@ for s in "${size_list[@]}"; do
             die "sequential pass failed for $s: $(tail -3 "$data.seq.err")"
         seq_s=$(elapsed "$t0")
         rss_seq=$(rss_kib "$pid")
+        st=$(status_json)
+        # Device bytes the pass wrote, per byte it sent (the fill's before).
+        seq_ssd=$(jq --argjson b "$ssd_w" --argjson n "$size" '(.tiers[0].write_bytes - $b) / $n' <<<"$st")
+        seq_hdd=$(jq --argjson b "$hdd_w" --argjson n "$size" '(.tiers[1].write_bytes - $b) / $n' <<<"$st")
+        seq_mibs=$(awk -v n="$size" -v t="$seq_s" 'BEGIN { printf "%.1f", n / 1048576 / t }')
+        log "$s: sequential pass in ${seq_s}s ($seq_mibs MiB/s); SSD $seq_ssd, HDD $seq_hdd bytes written per byte sent"
     else
         seq_s=null
         rss_seq=null
+        seq_ssd=null
+        seq_hdd=null
+        seq_mibs=null
     fi
     log "$s: idle ${settle}s"
     sleep "$settle"
@@ -217,6 +219,7 @@ for s in "${size_list[@]}"; do
         --argjson full "$full" --argjson fresh "$rss_fresh" --argjson peak "$rss_peak" \
         --argjson after "$rss_after" --argjson settled "$rss_settled" --argjson settle "$settle" \
         --argjson restart "$rss_restart" --argjson seq_s "$seq_s" --argjson rss_seq "$rss_seq" \
+        --argjson seq_ssd "$seq_ssd" --argjson seq_hdd "$seq_hdd" --argjson seq_mibs "$seq_mibs" \
         --argjson clean_stop "$clean_stop_s" --argjson clean_start "$clean_start_s" \
         --argjson kill_start "$kill_start_s" --argjson mapped "$mapped_before" '
         ($tenths | split(",") | map(tonumber)) as $t |
@@ -226,7 +229,8 @@ for s in "${size_list[@]}"; do
          log_found_full: $full,
          rss_kib: {fresh: $fresh, peak: $peak, after_fill: $after, settled: $settled,
                    after_seq_pass: $rss_seq, after_restart: $restart},
-         settle_s: $settle, seq_pass_s: $seq_s,
+         settle_s: $settle, seq_pass_s: $seq_s, seq_pass_mib_per_s: $seq_mibs,
+         seq_pass_ssd_written_per_byte: $seq_ssd, seq_pass_hdd_written_per_byte: $seq_hdd,
          bytes_per_extent: {after_fill: ($after * 1024 / $extents),
                             settled: ($settled * 1024 / $extents),
                             after_restart: ($restart * 1024 / $extents)},
@@ -254,5 +258,10 @@ jq -r '
   (["RSS after settle / restart, MiB", ($s[] | "\(r(.rss_kib.settled / 1024)) (\(.settle_s) s) / \(r(.rss_kib.after_restart / 1024))")] | join(" | ")),
   (["bytes per extent: fill / settled / restart", ($s[] | "\(r(.bytes_per_extent.after_fill)) / \(r(.bytes_per_extent.settled)) / \(r(.bytes_per_extent.after_restart))")] | join(" | ")),
   (["clean stop / start, s", ($s[] | "\(.clean_stop_s) / \(.clean_start_s)")] | join(" | ")),
-  (["start after kill -9, s", ($s[] | "\(.kill9_start_s)")] | join(" | "))
+  (["start after kill -9, s", ($s[] | "\(.kill9_start_s)")] | join(" | ")),
+  (if any($s[]; .seq_pass_s != null) then
+     (["sequential pass: s, MiB/s", ($s[] | "\(.seq_pass_s) s, \(.seq_pass_mib_per_s)")] | join(" | ")),
+     (["sequential pass: SSD / HDD bytes per byte", ($s[] | "\(r(.seq_pass_ssd_written_per_byte // 0)) / \(r(.seq_pass_hdd_written_per_byte // 0))")] | join(" | ")),
+     (["RSS after the pass, MiB", ($s[] | "\(r((.rss_kib.after_seq_pass // 0) / 1024))")] | join(" | "))
+   else empty end)
 ' <<<"$all"

@@ -45,7 +45,7 @@ impl EarlyWriteback {
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
-            .name("tierd-writeback".into())
+            .name("tierd-pagewb".into())
             .spawn(move || run(&file, &s))
             .map_err(|e| tracing::warn!("{name}: no early write-back thread: {e}"))
             .ok()?;

@@ -758,7 +758,7 @@ impl Migrator {
         let stop2 = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (me, flag) = (self.clone(), stop2.clone());
         let pressed = std::thread::Builder::new()
-            .name("tierd-writeback".into())
+            .name("tierd-logpress".into())
             .spawn(move || me.pressed_main(&flag))?;
         Ok(MigratorHandle {
             tx,

@@ -1,6 +1,6 @@
 //! Write-back beside users while the write log is pressed
 //! (`Volume::log_pressed`): the thread that watches for it
-//! (`tierd-writeback`), the look itself, and the groups it runs. Methods of
+//! (`tierd-logpress`), the look itself, and the groups it runs. Methods of
 //! [`Migrator`]; the round runs the same where no thread is spawned.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
