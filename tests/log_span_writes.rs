@@ -1,10 +1,9 @@
-//! Writes in place into an HDD extent that holds logged blocks: into
-//! blocks that are not logged, outside the span from its first logged
-//! block to its last or inside it, they run under the extent's shared
-//! lock, beside a write-back of that span (which rereads and rewrites the
-//! HDD across it, under the extent's write lock). Run side by side on two
-//! threads, round after round, the volume reads back as the last writes
-//! made it.
+//! Writes in place into an HDD extent that holds logged blocks: outside
+//! the span from its first logged block to its last they run under the
+//! extent's shared lock, beside a write-back of that span (which rereads
+//! and rewrites the HDD across it); inside the span they take the write
+//! lock. Run side by side on two threads, round after round, the volume
+//! reads back as the last writes made it.
 
 mod support;
 

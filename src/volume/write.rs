@@ -745,25 +745,29 @@ fn covers_aligned(b: u32, start: u64, len: u64) -> bool {
 }
 
 /// Whether a write to blocks `first..=last` of `m` goes to its slot with no
-/// change of the mapping: every block written there, none newer in the log,
-/// a shadow already stale there, and not a write the log takes.
+/// change of the mapping: every block written there, none newer in the log
+/// (none within the logged span, below), a shadow already stale there, and
+/// not a write the log takes.
 fn writes_in_place(m: &Mapping, first: u32, last: u32, way: LogWay) -> bool {
     m.written.all(first, last)
-        && none_logged(m, first, last)
+        && outside_logged_span(m, first, last)
         && m.shadow.as_ref().is_none_or(|s| s.stale.all(first, last))
         && way != LogWay::Take
 }
 
-/// Whether none of blocks `first..=last` of `m` is in the write log. Such a
-/// write goes in place under the extent's shared lock, even between logged
-/// blocks: a span write-back, which rereads and rewrites the HDD from the
-/// first logged block to the last, holds the extent's write lock while it
-/// does (`Volume::copy_items`), so no write in place runs between its read
-/// and its rewrite. Once the log is full, nearly every HDD extent holds a
-/// few logged blocks spread across it; sending every write among them
-/// under the write lock, one at a time and off the protocol layer's
-/// no-wait path, made the log on slower than the log off.
-fn none_logged(m: &Mapping, first: u32, last: u32) -> bool {
-    let i = m.logged.partition_point(|l| l.block < first);
-    m.logged.get(i).is_none_or(|l| l.block > last)
+/// Whether blocks `first..=last` lie outside the span from `m`'s first
+/// logged block to its last. Such a write may go in place under the
+/// extent's shared lock: a write-back, which holds that lock too while it
+/// copies (and copies only while the mapping is its snapshot's), writes the
+/// HDD slot only within that span — a span write-back rereads and rewrites
+/// all of it, so a write in place inside the span could be overwritten
+/// with the older data the span read, and takes the write lock instead.
+/// Once the log is full, nearly every HDD extent holds a few logged blocks,
+/// and requiring none sent every write to them under the write lock, one
+/// at a time, where the log off writes them side by side.
+fn outside_logged_span(m: &Mapping, first: u32, last: u32) -> bool {
+    match (m.logged.first(), m.logged.last()) {
+        (Some(lo), Some(hi)) => last < lo.block || first > hi.block,
+        _ => true,
+    }
 }

@@ -1,7 +1,6 @@
 //! The copying half of a move: the device-to-device copies of step 2
 //! (neighbouring runs merged, in-place copies under the extent's read
-//! lock, a write-back of many logged blocks as one span under its write
-//! lock), and the re-copy
+//! lock, a write-back of many logged blocks as one span), and the re-copy
 //! of blocks a promotion's commit finds written meanwhile.
 
 use std::sync::atomic::Ordering;
@@ -159,22 +158,13 @@ impl Volume {
                 // HDD (benchmarks/daemon-log-drain.sh).
                 let span = it.before.logged.len() >= SPAN_MIN;
                 pace(it.runs.iter().map(|r| r.len).sum());
-                if span {
-                    // Under the write lock: the span rereads and rewrites
-                    // blocks that are not logged, and writes in place to
-                    // those run under the shared lock (`none_logged` in
-                    // write.rs); one between the read and the rewrite would
-                    // be overwritten with the data the span read.
-                    let guard = self.map.at(it.extent).write();
-                    if guard.as_ref() == Some(&it.before) {
-                        copied[k] += self.span_write_back(&it.before, &mut buf, &mut nop)?;
-                    }
-                    // Else changed since the snapshot: its commit sees it.
-                    continue;
-                }
                 let guard = self.map.at(it.extent).read();
                 if guard.as_ref() != Some(&it.before) {
                     // Changed since the snapshot: its commit will see it.
+                    continue;
+                }
+                if span {
+                    copied[k] += self.span_write_back(&it.before, &mut buf, &mut nop)?;
                     continue;
                 }
                 Some(guard)
