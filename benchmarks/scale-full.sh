@@ -155,13 +155,21 @@ for s in "${size_list[@]}"; do
     # extents (fio's log of every write's completion, in ms since the job
     # began), and the rate between crossings. Per-second logs made a fill
     # of seconds one window per tenth or less, its tenths meaningless.
+    # Only the ten crossings are kept (the log has a line per write: 4 M
+    # at 4M extents); writes missing from the log end at its last line.
     tenths=$(awk -F, -v total="$extents" '
-        { n++; t[n] = $1 }
+        BEGIN { k = 1; next_i = int(total / 10); if (next_i < 1) next_i = 1 }
+        {
+            n++; last = $1
+            while (k <= 10 && n >= next_i) {
+                t[k++] = $1; next_i = int(total * k / 10); if (next_i < 1) next_i = 1
+            }
+        }
         END {
+            for (; k <= 10; k++) t[k] = last
             prev = 0
             for (k = 1; k <= 10; k++) {
-                i = int(total * k / 10); if (i > n) i = n; if (i < 1) i = 1
-                at = t[i] / 1000; if (at <= prev) at = prev + 0.001
+                at = t[k] / 1000; if (at <= prev) at = prev + 0.001
                 printf "%s%.0f", (k > 1 ? "," : ""), (total / 10) / (at - prev)
                 prev = at
             }
