@@ -382,3 +382,18 @@ fn an_admission_racing_a_write_back_does_not_copy_a_reused_log_place() {
     vol.flush().expect("flush");
     assert_accounting(&vol, SLOTS);
 }
+
+#[test]
+fn an_admission_names_each_extent_it_brought_up() {
+    let (_bed, vol, mut model) = admitting_bed();
+    hdd_extent(&vol, &mut model, 0, 0, &pattern(61, EXTENT as usize));
+    hdd_extent(&vol, &mut model, 1, 1, &pattern(62, EXTENT as usize));
+    let mut buf = vec![0u8; 4096];
+    vol.read(EXTENT, &mut buf).expect("read");
+    let mut landed = Vec::new();
+    let done = tierd::migrate::admit_pending_noting(&vol, &mut |e| landed.push(e)).expect("admit");
+    assert_eq!(done.moved, 1, "{done:?}");
+    assert_eq!(landed, vec![1]);
+    assert_eq!(tier_of(&vol, 1), Some(Tier::Ssd));
+    assert_reads(&vol, &model, "after the admission");
+}

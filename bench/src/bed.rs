@@ -201,7 +201,7 @@ impl Bed {
             ))
         };
         let targets: Vec<Box<dyn Target>> = vec![
-            Box::new(Hybrid(vol)),
+            Box::new(Hybrid::new(vol)),
             Box::new(Pure::new(
                 timed(null(capacity), ssd_model, &device_clock),
                 true,

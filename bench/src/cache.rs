@@ -169,6 +169,8 @@ struct State {
     free: Vec<usize>,
     /// Pieces to admit once the request is answered.
     pending: Vec<u64>,
+    /// Pieces admitted since [`Target::landed`] last asked.
+    landed: Vec<u64>,
     ghost: Option<Ghost>,
 }
 
@@ -273,6 +275,7 @@ impl Cache {
                 dirty_order: Lists::new(slots, 1),
                 free: (0..slots).rev().collect(),
                 pending: Vec::new(),
+                landed: Vec::new(),
                 ghost: (cfg.admit == Admit::Ghost).then(|| Ghost::new(slots)),
             }),
             ssd,
@@ -459,6 +462,7 @@ impl Cache {
             st.lru.move_to_back(L, s);
             self.c.moved.fetch_add(len as u64, Ordering::Relaxed);
             self.c.admissions.fetch_add(1, Ordering::Relaxed);
+            st.landed.push(piece);
         }
         let slots = st.piece_of.len();
         if st.dirty_order.len(L) as f64 > self.cfg.dirty_share * slots as f64 {
@@ -511,6 +515,14 @@ impl Target for Cache {
         if let Err(e) = self.background() {
             tracing::warn!("{}: {e}", self.name);
         }
+    }
+
+    fn landed(&self) -> Vec<(u64, u64)> {
+        let piece = self.cfg.piece;
+        std::mem::take(&mut self.st.lock().landed)
+            .into_iter()
+            .map(|p| (p * piece, piece))
+            .collect()
     }
 
     fn usage(&self) -> Usage {
@@ -573,6 +585,9 @@ mod tests {
         assert_eq!(read(&c, 3 * P + 8192, 4096), vec![7u8; 4096]);
         assert_eq!(c.usage().read_hit, [4096, 4096]);
         assert_eq!(c.admissions(), 1);
+        // The replay learns which piece its copy brought up, once.
+        assert_eq!(c.landed(), vec![(3 * P, P)]);
+        assert!(c.landed().is_empty());
     }
 
     #[test]

@@ -405,7 +405,7 @@ impl Bench {
         // The pure targets: an SSD as large as the volume, the HDD alone.
         let pure_ssd = wrap(Arc::new(NullDevice::new(b.capacity)), opts.ssd_model);
         let pure_hdd = wrap(Arc::new(NullDevice::new(hdd_size)), opts.hdd_model);
-        b.targets.push(Box::new(Hybrid(vol.clone())));
+        b.targets.push(Box::new(Hybrid::new(vol.clone())));
         let (ssd_dev, hdd_dev) = if opts.devices.is_none() {
             (pure_ssd, pure_hdd)
         } else {

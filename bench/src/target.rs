@@ -39,6 +39,14 @@ pub trait Target: Send + Sync {
     /// request's completion. On the real clock the migrator's admitting
     /// thread does it, as in the daemon.
     fn after(&self) {}
+    /// The byte ranges of the volume whose copies to flash [`Target::after`]
+    /// made since this was last asked: the replay holds back a read of them
+    /// until the copy is done on its clock, as a read arriving in the
+    /// middle of a copy waits for it (or for the HDD queue it is in) on a
+    /// real drive.
+    fn landed(&self) -> Vec<(u64, u64)> {
+        Vec::new()
+    }
     /// What the target's devices and placement did since it was built
     /// (two snapshots subtract to give a run's).
     fn usage(&self) -> Usage;
@@ -77,8 +85,15 @@ impl Usage {
     }
 }
 
-/// The tiered volume.
-pub struct Hybrid(pub Arc<Volume>);
+/// The tiered volume, and the extents its last admissions brought up.
+pub struct Hybrid(pub Arc<Volume>, pub parking_lot::Mutex<Vec<u64>>);
+
+impl Hybrid {
+    /// The target for `vol`.
+    pub fn new(vol: Arc<Volume>) -> Self {
+        Hybrid(vol, parking_lot::Mutex::new(Vec::new()))
+    }
+}
 
 impl Target for Hybrid {
     fn name(&self) -> &'static str {
@@ -106,9 +121,18 @@ impl Target for Hybrid {
     }
 
     fn after(&self) {
-        if let Err(e) = tierd::migrate::admit_pending(&self.0) {
+        let mut landed = self.1.lock();
+        if let Err(e) = tierd::migrate::admit_pending_noting(&self.0, &mut |e| landed.push(e)) {
             tracing::warn!("admission: {e}");
         }
+    }
+
+    fn landed(&self) -> Vec<(u64, u64)> {
+        let ext = self.0.geometry().extent_size;
+        std::mem::take(&mut *self.1.lock())
+            .into_iter()
+            .map(|e| (e * ext, ext))
+            .collect()
     }
 
     fn usage(&self) -> Usage {

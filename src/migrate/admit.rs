@@ -36,6 +36,12 @@ pub struct Admitted {
 /// the call (the extents not yet tried are dropped: the next miss notes
 /// them again).
 pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
+    admit_pending_noting(vol, &mut |_| {})
+}
+
+/// [`admit_pending`], telling `landed` each extent brought up once its copy
+/// committed (the bench holds back reads of it until then on its clock).
+pub fn admit_pending_noting(vol: &Volume, landed: &mut dyn FnMut(u64)) -> VolumeResult<Admitted> {
     let _class = IoClass::Background.enter();
     let mut done = Admitted::default();
     for extent in vol.take_admissions() {
@@ -51,7 +57,11 @@ pub fn admit_pending(vol: &Volume) -> VolumeResult<Admitted> {
         }
         let t0 = vol.clock().io_now();
         let head0 = vol.hdd_busy_here();
+        let moved = done.moved;
         let r = admit_one(vol, extent, &mut done);
+        if done.moved > moved {
+            landed(extent);
+        }
         let span = vol.clock().io_now().saturating_sub(t0);
         vol.ledger().admitted(
             span,

@@ -15,7 +15,7 @@ pub mod policy;
 pub mod worker;
 pub mod zones;
 
-pub use admit::{admit_pending, Admitted};
+pub use admit::{admit_pending, admit_pending_noting, Admitted};
 pub use bucket::TokenBucket;
 pub use candidates::{all_candidates, candidates};
 #[cfg(feature = "failpoints")]
