@@ -85,8 +85,9 @@ impl Usage {
     }
 }
 
-/// The tiered volume, and the extents its last admissions brought up.
-pub struct Hybrid(pub Arc<Volume>, pub parking_lot::Mutex<Vec<u64>>);
+/// The tiered volume, and the extents its last admissions brought up (for
+/// [`Target::landed`]).
+pub struct Hybrid(pub Arc<Volume>, parking_lot::Mutex<Vec<u64>>);
 
 impl Hybrid {
     /// The target for `vol`.
