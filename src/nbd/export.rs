@@ -243,6 +243,14 @@ pub trait Export: Send + Sync + 'static {
     ) -> Option<Result<(), ExportError>> {
         None
     }
+    /// A READ of this range waits for a slow device (a capability; default
+    /// `false`). The server lets such reads take at most three quarters of
+    /// a connection's threads and queues the rest in order, so that the
+    /// requests a fast device serves are not held up behind them; asked
+    /// once per READ, before it is served, so it must not block.
+    fn read_is_slow(&self, _offset: u64, _len: u64) -> bool {
+        false
+    }
     /// Store `data` at `offset`; with [`IoCtx::fua`] it is durable before
     /// returning.
     fn write(&self, offset: u64, data: &[u8], ctx: IoCtx) -> Result<(), ExportError>;

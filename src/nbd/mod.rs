@@ -34,6 +34,7 @@ mod budget;
 pub mod client;
 pub mod export;
 mod handshake;
+mod lanes;
 mod lock;
 pub mod mem;
 mod options;

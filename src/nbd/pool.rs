@@ -94,6 +94,12 @@ impl Pool {
         }
     }
 
+    /// Threads the pool may have now (it grows past two per CPU once
+    /// requests wait off the CPU).
+    pub(super) fn threads_now(&self) -> usize {
+        self.cap()
+    }
+
     /// Run `serve` on a thread already counted (by [`Pool::new`] or
     /// [`Pool::busy`]); it must call [`Pool::ended`] last. On failure the
     /// count is taken back.

@@ -38,6 +38,13 @@
 //! away. Only a wire that can tell that a request waits
 //! ([`Wire::peeks`]) serves solo.
 //!
+//! A READ the export calls slow ([`Export::read_is_slow`]: tierd's reads of
+//! data on the HDD) may take at most three quarters of the threads
+//! ([`Lanes`]); one read while they are all taken is queued, in order, for
+//! the next thread that ends a slow READ, and the thread reads on. So a
+//! client's WRITEs and reads of flash are not held up on the socket behind
+//! a queue of HDD reads: the one case where a request changes threads.
+//!
 //! The threads are counted and started by the [`Pool`]; payload memory is
 //! bounded by the connection's [`Budget`]. Shutdown shuts the stream's
 //! receiving side: a thread blocked reading sees end of stream, requests in
@@ -54,6 +61,7 @@ use tracing::{debug, warn};
 
 use super::budget::{Budget, REQUEST_OVERHEAD};
 use super::export::{Export, ExportConn, ExportError, IoCtx};
+use super::lanes::{Lanes, Parked};
 use super::lock::lock;
 use super::options::{ConnectionError, RequestObserver, ServerOptions};
 use super::pool::{thread_cpu, Pool, Workers};
@@ -104,6 +112,26 @@ impl Job {
         match self {
             Job::Reply(_) => 0,
             Job::Read { cost, .. } | Job::Write { cost, .. } | Job::Other { cost, .. } => *cost,
+        }
+    }
+}
+
+impl Parked {
+    /// The READ to serve.
+    fn job(self) -> Job {
+        let Parked {
+            cookie,
+            offset,
+            len,
+            hint,
+            cost,
+        } = self;
+        Job::Read {
+            cookie,
+            offset,
+            len,
+            hint,
+            cost,
         }
     }
 }
@@ -163,6 +191,8 @@ struct Shared<W> {
     probing: AtomicBool,
     budget: Budget,
     pool: Pool,
+    /// How many threads may wait on slow READs, and those queued for it.
+    lanes: Lanes,
     stopping: AtomicBool,
     /// The first error that ended the connection.
     failure: Mutex<Option<ConnectionError>>,
@@ -186,6 +216,7 @@ pub(super) async fn transmission<W: Wire>(
     let ctl = wire.try_clone()?;
     let peeks = wire.peeks();
     let poll = if peeks { opts.poll } else { Duration::ZERO };
+    let pool = Pool::new(opts, Workers::of(opts, runtime));
     let shared = Arc::new(Shared {
         export: Arc::clone(export),
         observer: Arc::clone(&opts.observer),
@@ -213,7 +244,8 @@ pub(super) async fn transmission<W: Wire>(
         solo: AtomicU8::new(0),
         probing: AtomicBool::new(false),
         budget: Budget::new(opts),
-        pool: Pool::new(opts, Workers::of(opts, runtime)),
+        pool,
+        lanes: Lanes::new(),
         stopping: AtomicBool::new(false),
         failure: Mutex::new(None),
         ctl,
@@ -302,9 +334,25 @@ impl<W: Wire> Shared<W> {
                 self.reply(head, &[]);
                 continue;
             }
+            let lane = self.lane(&job);
+            let job = match lane {
+                None => job,
+                Some(read) => match self.lanes.enter(read, self.pool.threads_now()) {
+                    Some(first) => first.job(),
+                    None => {
+                        // Queued for the slow lane, which is full: read
+                        // on, so that what flash serves is not held up
+                        // behind it. What waits to be sent goes out
+                        // first: the next read may wait.
+                        self.settle(&mut deferred);
+                        held = Some(r);
+                        continue;
+                    }
+                },
+            };
             let cost = job.cost();
             let mut reader = Some(r);
-            let turn = match job {
+            let mut turn = match job {
                 Job::Read {
                     cookie,
                     offset,
@@ -330,6 +378,20 @@ impl<W: Wire> Shared<W> {
                 self.probing.store(false, Ordering::Release);
             }
             self.budget.release(cost);
+            if lane.is_some() {
+                // Its place in the slow lane goes to the next queued READ,
+                // served by this thread before it reads again.
+                while let Some(read) = self.lanes.next() {
+                    if !matches!(turn, Turn::Pool) {
+                        reader = None;
+                        self.settle(&mut deferred);
+                        self.busy();
+                        turn = Turn::Pool;
+                    }
+                    self.run(read.job(), &mut buf, &mut pipe);
+                    self.budget.release(read.cost);
+                }
+            }
             match turn {
                 Turn::AtOnce | Turn::Solo => held = reader,
                 Turn::Pool => {
@@ -342,6 +404,26 @@ impl<W: Wire> Shared<W> {
                     }
                 }
             }
+        }
+    }
+
+    /// `job` as a place in the slow lane: a READ the export calls slow.
+    fn lane(&self, job: &Job) -> Option<Parked> {
+        match *job {
+            Job::Read {
+                cookie,
+                offset,
+                len,
+                hint,
+                cost,
+            } if self.export.read_is_slow(offset, u64::from(len)) => Some(Parked {
+                cookie,
+                offset,
+                len,
+                hint,
+                cost,
+            }),
+            _ => None,
         }
     }
 

@@ -94,6 +94,10 @@ impl Export for VolumeExport {
         }
     }
 
+    fn read_is_slow(&self, offset: u64, len: u64) -> bool {
+        self.volume.reads_from_hdd(offset, len)
+    }
+
     fn read_or_wait(
         &self,
         offset: u64,

@@ -302,6 +302,22 @@ impl Volume {
         self.map.tier(extent)
     }
 
+    /// Whether a read of `offset..offset + len` goes to the HDD for any
+    /// part of it: an extent of the range is mapped there (no lock, no
+    /// copy; blocks of such an extent rewritten on flash still count, so
+    /// the answer errs towards the HDD). Lets the NBD server keep reads
+    /// that wait for the HDD from taking every thread, so that requests
+    /// flash serves are not queued behind them.
+    pub fn reads_from_hdd(&self, offset: u64, len: u64) -> bool {
+        let es = self.geometry().extent_size;
+        if len == 0 || es == 0 {
+            return false;
+        }
+        let first = offset / es;
+        let last = offset.saturating_add(len - 1) / es;
+        (first..=last).any(|e| self.tier_of(e) == Some(Tier::Hdd))
+    }
+
     /// Where a logical extent is mapped, tier and slot, if it is (no lock,
     /// no copy of the mapping).
     pub fn loc_of(&self, extent: u64) -> Option<Loc> {
