@@ -254,3 +254,40 @@ async fn disc_answers_queued_slow_reads_first() {
     .await;
     srv.shutdown().await;
 }
+
+/// A byte budget that fits the lane's three READs being served and a WRITE,
+/// not the queue: a queued slow READ holds only its overhead, so the queue
+/// does not stop the reader, and one taken up from the queue is served past
+/// the budget if it must, rather than wait for bytes that queued READs hold.
+#[tokio::test]
+async fn a_queue_longer_than_the_byte_budget_is_served() {
+    let export = Arc::new(GatedExport::new(true));
+    let options = ServerOptions {
+        max_request: 64 * 1024,
+        max_in_flight_bytes: 300_000,
+        ..options(true)
+    };
+    let srv = start_with(export.clone(), options).await;
+    with_timeout(async {
+        let mut c = Client::ready(srv.addr, false).await;
+        let slow = 24u64;
+        fill_slow_part(&mut c, slow).await;
+        export.set_open(false);
+        // 24 reads of 64 KiB: 1.5 MiB asked of a budget of 300 kB.
+        for i in 0..slow {
+            c.request(0, CMD_READ, i + 1, SLOW_FROM + i * 65536, 65536)
+                .await;
+        }
+        until_waiting(&export, 1).await;
+        c.write(0, 100, 0, &pattern(4096, 9)).await;
+        assert_eq!(c.next_reply().await.cookie(), 100, "the write passes");
+        export.set_open(true);
+        for i in 0..slow {
+            let (errno, data) = c.result(i + 1).await;
+            assert_eq!((errno, data.len()), (0, 65536), "read {i}");
+        }
+        assert_eq!(c.read(101, 0, 4096).await, pattern(4096, 9));
+    })
+    .await;
+    srv.shutdown().await;
+}

@@ -344,6 +344,21 @@ impl Cache {
         Ok(slot)
     }
 
+    /// Whether a read of `offset..offset + len` misses any piece: the HDD
+    /// serves that part.
+    fn misses(&self, offset: u64, len: u64) -> bool {
+        let st = self.st.lock();
+        let w = st.words;
+        parts(offset, len, self.cfg.piece).into_iter().any(|p| {
+            let (b0, b1) = (
+                (p.at / BLOCK) as usize,
+                (p.at + p.len).div_ceil(BLOCK) as usize,
+            );
+            let slot = st.index.get(&p.piece).copied();
+            !slot.is_some_and(|s| bits(&st.valid[s * w..(s + 1) * w], b0, b1).all(|v| v))
+        })
+    }
+
     fn read(&self, req: &Req, buf: &mut [u8]) -> io::Result<()> {
         let bypass = req.hint.seq_run > self.cfg.seq_cutoff;
         let mut st = self.st.lock();
@@ -515,6 +530,10 @@ impl Target for Cache {
         if let Err(e) = self.background() {
             tracing::warn!("{}: {e}", self.name);
         }
+    }
+
+    fn read_is_slow(&self, offset: u64, len: u64) -> bool {
+        self.misses(offset, len)
     }
 
     fn landed(&self) -> Vec<(u64, u64)> {

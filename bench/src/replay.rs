@@ -342,40 +342,66 @@ impl Landing {
 /// wait on the socket, not in the HDD's queue.
 pub const SERVED_AT_ONCE: usize = 32;
 
-/// The server's threads: a request is taken up, in the order sent, when
-/// one of [`SERVED_AT_ONCE`] is free. Without this bound every request of
-/// a flood queued on the drive at once, where the daemon holds 32 and the
-/// rest wait on its socket, looked up only when taken up: msr-web0 at 10x
+/// Of them, reads of the HDD served at once at most: the NBD server leaves
+/// a quarter of each connection's threads to other requests (its slow
+/// lane, `src/nbd/lanes.rs`), and queues the rest of those reads in order.
+pub const SLOW_AT_ONCE: usize = SERVED_AT_ONCE - SERVED_AT_ONCE / 4;
+
+/// The server's threads: a request is taken up when one of
+/// [`SERVED_AT_ONCE`] is free, a read the target serves from the HDD
+/// ([`Target::read_is_slow`]) only while fewer than [`SLOW_AT_ONCE`] such
+/// reads are served; each lane in the order sent. Without this bound every
+/// request of a flood queued on the drive at once, where the daemon holds
+/// 32 and the rest wait, looked up only when taken up: msr-web0 at 10x
 /// queued minutes of reads on the bench's HDD against 0.1 to 0.3 s on the
 /// daemon's (docs/bench.md, "Again on 2026-12-06"). The wait for a thread
 /// counts in the request's latency, as the client sees it.
 #[derive(Debug, Default)]
 struct Serving {
-    /// When the requests being served end, earliest first.
-    ends: std::collections::BinaryHeap<std::cmp::Reverse<Duration>>,
-    /// When the last request was taken up.
-    last: Duration,
+    /// When the requests taken up start and end: other requests, slow
+    /// reads.
+    spans: [Vec<(Duration, Duration)>; 2],
+    /// When the last request of each lane was taken up.
+    last: [Duration; 2],
 }
 
 impl Serving {
-    /// When a request sent at `t0` is taken up.
-    fn take(&mut self, t0: Duration) -> Duration {
-        while self.ends.peek().is_some_and(|e| e.0 <= t0) {
-            self.ends.pop();
+    /// When a request sent at `t0` (no earlier than the last one sent),
+    /// a slow read if `slow`, is taken up.
+    fn take(&mut self, t0: Duration, slow: bool) -> Duration {
+        for spans in &mut self.spans {
+            spans.retain(|(_, e)| *e > t0);
         }
-        let mut at = t0.max(self.last);
-        if self.ends.len() >= SERVED_AT_ONCE {
-            if let Some(e) = self.ends.pop() {
-                at = at.max(e.0);
+        let lane = usize::from(slow);
+        let mut at = t0.max(self.last[lane]);
+        loop {
+            // Served at `at`: taken up by then, not ended.
+            let on = |(s, e): &&(Duration, Duration)| *s <= at && *e > at;
+            let busy = |spans: &[(Duration, Duration)]| spans.iter().filter(on).count();
+            let (others, slows) = (busy(&self.spans[0]), busy(&self.spans[1]));
+            let lane_full = slow && slows >= SLOW_AT_ONCE;
+            if !lane_full && others + slows < SERVED_AT_ONCE {
+                break;
+            }
+            // The first end that frees what it waits for.
+            let next = if lane_full {
+                self.spans[1].iter().filter(on).map(|(_, e)| *e).min()
+            } else {
+                let all = self.spans[0].iter().chain(&self.spans[1]);
+                all.filter(on).map(|(_, e)| *e).min()
+            };
+            match next {
+                Some(e) => at = e,
+                None => break,
             }
         }
-        self.last = at;
+        self.last[lane] = at;
         at
     }
 
-    /// The request taken up last ends at `end`.
-    fn done(&mut self, end: Duration) {
-        self.ends.push(std::cmp::Reverse(end));
+    /// A request taken up at `start` (a slow read if `slow`) ends at `end`.
+    fn done(&mut self, start: Duration, end: Duration, slow: bool) {
+        self.spans[usize::from(slow)].push((start, end));
     }
 }
 
@@ -439,13 +465,14 @@ pub fn execute(
             // Taken up when one of the server's threads is free, then, for
             // a read of data whose copy to flash is not done yet on this
             // clock, when it is (see `Serving`, `Landing`).
-            let taken = serving.take(t0);
+            let len = u64::from(r.len);
+            let slow = r.op == Op::Read && target.read_is_slow(r.offset, len);
+            let taken = serving.take(t0, slow);
             let issue = match r.op {
                 Op::Read => landing.ready(r.offset, u64::from(r.len), taken),
                 _ => taken,
             };
             p.set_own_now(issue);
-            let len = u64::from(r.len);
             let ok = match r.op {
                 Op::Trim | Op::Zero => target.trim(r.offset, len).is_ok(),
                 Op::Read | Op::Write => {
@@ -472,7 +499,7 @@ pub fn execute(
                 Op::Write => Some(IoKind::Write),
                 _ => None,
             };
-            serving.done(end);
+            serving.done(taken, end, slow);
             m.record(start, t0, end, len, kind);
             last_end = last_end.max(end);
             p.set_own_now(end);
@@ -586,21 +613,50 @@ mod tests {
     fn a_request_waits_for_a_free_thread_and_requests_are_taken_up_in_order() {
         let ms = Duration::from_millis;
         let mut s = Serving::default();
+        // Take a request sent at `t0` up and end it at `end`; when taken.
+        let mut go = |s: &mut Serving, t0: u64, end: u64, slow: bool| {
+            let at = s.take(ms(t0), slow);
+            s.done(at, ms(end), slow);
+            at
+        };
         // A flood at 0: the first SERVED_AT_ONCE go at once, each ending
         // at 100 ms, 200 ms, ...
         for i in 0..SERVED_AT_ONCE as u64 {
-            assert_eq!(s.take(ms(0)), ms(0));
-            s.done(ms(100 * (i + 1)));
+            assert_eq!(go(&mut s, 0, 100 * (i + 1), false), ms(0));
         }
         // The next waits for the first to end, the one after for the
         // second.
-        assert_eq!(s.take(ms(1)), ms(100));
-        s.done(ms(10_000));
-        assert_eq!(s.take(ms(2)), ms(200));
-        s.done(ms(10_000));
+        assert_eq!(go(&mut s, 1, 10_000, false), ms(100));
+        assert_eq!(go(&mut s, 2, 10_000, false), ms(200));
         // Sent later than a thread freed: at its own time, never before
         // one taken up earlier.
-        assert_eq!(s.take(ms(350)), ms(350));
-        s.done(ms(10_000));
+        assert_eq!(go(&mut s, 350, 10_000, false), ms(350));
+    }
+
+    #[test]
+    fn slow_reads_take_at_most_their_lane_and_leave_the_rest_to_other_requests() {
+        let ms = Duration::from_millis;
+        let mut s = Serving::default();
+        let go = |s: &mut Serving, t0: u64, end: u64, slow: bool| {
+            let at = s.take(ms(t0), slow);
+            s.done(at, ms(end), slow);
+            at
+        };
+        // A flood of HDD reads at 0, each ending 1 s after the last.
+        for i in 0..SLOW_AT_ONCE as u64 {
+            assert_eq!(go(&mut s, 0, 1000 * (i + 1), true), ms(0));
+        }
+        // The next HDD read waits for the first to end; the one after it
+        // for the second, in order.
+        assert_eq!(go(&mut s, 1, 60_000, true), ms(1000));
+        assert_eq!(go(&mut s, 2, 60_000, true), ms(2000));
+        // Writes sent meanwhile go at once, on the threads left: a quarter
+        // (the two reads waiting for the lane hold no thread yet).
+        for i in 0..(SERVED_AT_ONCE - SLOW_AT_ONCE) as u64 {
+            assert_eq!(go(&mut s, 3, 10 + i, false), ms(3), "write {i}");
+        }
+        // With every thread taken, the next waits for the first to end,
+        // a write's at 10 ms.
+        assert_eq!(go(&mut s, 4, 11, false), ms(10));
     }
 }

@@ -47,6 +47,13 @@ pub trait Target: Send + Sync {
     fn landed(&self) -> Vec<(u64, u64)> {
         Vec::new()
     }
+    /// A read of this range goes to the HDD, as a daemon serving the target
+    /// would tell its NBD server (`Export::read_is_slow`): the replay's
+    /// model of the server keeps such reads to its slow lane, as the
+    /// server does. Default: no read is slow.
+    fn read_is_slow(&self, _offset: u64, _len: u64) -> bool {
+        false
+    }
     /// What the target's devices and placement did since it was built
     /// (two snapshots subtract to give a run's).
     fn usage(&self) -> Usage;
@@ -128,6 +135,10 @@ impl Target for Hybrid {
         }
     }
 
+    fn read_is_slow(&self, offset: u64, len: u64) -> bool {
+        self.0.reads_from_hdd(offset, len)
+    }
+
     fn landed(&self) -> Vec<(u64, u64)> {
         let ext = self.0.geometry().extent_size;
         std::mem::take(&mut *self.1.lock())
@@ -193,6 +204,10 @@ impl Target for Pure {
 
     fn trim(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
+    }
+
+    fn read_is_slow(&self, _offset: u64, _len: u64) -> bool {
+        !self.ssd
     }
 
     fn usage(&self) -> Usage {

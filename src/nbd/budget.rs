@@ -24,6 +24,9 @@ pub(super) struct Budget {
 /// there anyone to wake: a wake-up costs a system call).
 struct Room {
     bytes: usize,
+    /// Bytes taken past the budget ([`Budget::overdraw`]), paid back
+    /// first by what is released.
+    owed: usize,
     waiting: bool,
 }
 
@@ -33,6 +36,7 @@ impl Budget {
         Budget {
             free: Mutex::new(Room {
                 bytes: byte_budget(opts),
+                owed: 0,
                 waiting: false,
             }),
             freed: Condvar::new(),
@@ -60,13 +64,28 @@ impl Budget {
         }
     }
 
+    /// Take `cost` bytes without waiting, past the budget if it must be:
+    /// for a slow READ taken off the slow lane's queue, which waited there
+    /// holding [`REQUEST_OVERHEAD`] alone. Waiting instead could wait for
+    /// ever, on bytes held by other queued READs; the overdraft is bounded
+    /// by the lane (its places times the largest request). Readers wait
+    /// until it is paid back.
+    pub(super) fn overdraw(&self, cost: usize) {
+        let mut free = lock(&self.free);
+        let taken = free.bytes.min(cost);
+        free.bytes -= taken;
+        free.owed += cost - taken;
+    }
+
     /// Give `cost` bytes back.
     pub(super) fn release(&self, cost: usize) {
         if cost == 0 {
             return;
         }
         let mut free = lock(&self.free);
-        free.bytes += cost;
+        let paid = free.owed.min(cost);
+        free.owed -= paid;
+        free.bytes += cost - paid;
         if free.waiting {
             self.freed.notify_all();
         }
@@ -106,5 +125,26 @@ mod tests {
         };
         assert!(byte_budget(&huge) >= u32::MAX as usize);
         assert_eq!(byte_budget(&ServerOptions::default()), 128 << 20);
+    }
+
+    #[test]
+    fn an_overdraft_is_paid_back_before_bytes_are_free_again() {
+        let opts = ServerOptions {
+            max_request: 4096,
+            max_in_flight_bytes: 0,
+            ..ServerOptions::default()
+        };
+        let budget = Budget::new(&opts);
+        let all = byte_budget(&opts);
+        let stopping = AtomicBool::new(false);
+        assert!(budget.acquire(all, &stopping));
+        budget.overdraw(1000);
+        // Half the budget back pays the 1000 owed first.
+        budget.release(all / 2);
+        assert_eq!(lock(&budget.free).bytes, all / 2 - 1000);
+        budget.release(1000);
+        budget.release(all - all / 2);
+        assert_eq!(lock(&budget.free).bytes, all);
+        assert_eq!(lock(&budget.free).owed, 0);
     }
 }

@@ -22,7 +22,8 @@ use std::sync::Mutex;
 use super::lock::lock;
 use crate::units::IoHint;
 
-/// A slow READ waiting for its lane. `cost`: the budget bytes it holds.
+/// A slow READ waiting for its lane. `cost`: the budget bytes it holds
+/// while served; while queued it holds the request overhead alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Parked {
     pub(super) cookie: u64,
@@ -50,6 +51,17 @@ pub(super) fn lane_cap(threads: usize) -> usize {
     }
 }
 
+/// What becomes of a slow READ read off the stream ([`Lanes::enter`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Entry {
+    /// Serve it now: it has a place in the lane.
+    Serve,
+    /// It is queued; serve this one, the oldest queued, in the place.
+    ServeQueued(Parked),
+    /// It is queued; the lane is full.
+    Queued,
+}
+
 /// One connection's slow lane.
 pub(super) struct Lanes {
     state: Mutex<State>,
@@ -71,19 +83,21 @@ impl Lanes {
     /// takes it (until [`Lanes::next`]) to serve the oldest slow READ
     /// waiting: this one, or, when others are queued (the lane has grown
     /// with the thread count since), the first of them, this one queued
-    /// behind. With none free, `None`: it is queued.
-    pub(super) fn enter(&self, read: Parked, threads: usize) -> Option<Parked> {
+    /// behind.
+    pub(super) fn enter(&self, read: Parked, threads: usize) -> Entry {
         let mut s = lock(&self.state);
         if s.busy < lane_cap(threads) {
             s.busy += 1;
-            if s.parked.is_empty() {
-                return Some(read);
-            }
-            s.parked.push_back(read);
-            return s.parked.pop_front();
+            return match s.parked.pop_front() {
+                None => Entry::Serve,
+                Some(first) => {
+                    s.parked.push_back(read);
+                    Entry::ServeQueued(first)
+                }
+            };
         }
         s.parked.push_back(read);
-        None
+        Entry::Queued
     }
 
     /// The slow READ this thread served is done: the next queued one, which
@@ -133,12 +147,12 @@ mod tests {
         for c in 0..3 {
             assert_eq!(
                 lanes.enter(read(c), 4),
-                Some(read(c)),
+                Entry::Serve,
                 "read {c} is served at once"
             );
         }
         for c in 3..6 {
-            assert_eq!(lanes.enter(read(c), 4), None, "read {c} waits");
+            assert_eq!(lanes.enter(read(c), 4), Entry::Queued, "read {c} waits");
         }
         assert_eq!(lanes.queued(), 3);
         // Each ending read hands its place to the oldest waiting one.
@@ -146,31 +160,31 @@ mod tests {
         assert_eq!(lanes.next().map(|p| p.cookie), Some(4));
         // A read arriving while others wait queues behind them, even with
         // no place free, so order holds.
-        assert_eq!(lanes.enter(read(6), 4), None);
+        assert_eq!(lanes.enter(read(6), 4), Entry::Queued);
         assert_eq!(lanes.next().map(|p| p.cookie), Some(5));
         assert_eq!(lanes.next().map(|p| p.cookie), Some(6));
         // Nothing waits: places are given up one by one, then a new read
         // is served at once.
         assert_eq!(lanes.next(), None);
         assert_eq!(lanes.next(), None);
-        assert_eq!(lanes.enter(read(7), 4), Some(read(7)));
+        assert_eq!(lanes.enter(read(7), 4), Entry::Serve);
         assert_eq!(lanes.next(), None);
         assert_eq!(lanes.next(), None);
-        assert_eq!(lanes.enter(read(8), 4), Some(read(8)));
+        assert_eq!(lanes.enter(read(8), 4), Entry::Serve);
     }
 
     #[test]
     fn a_lane_grown_with_the_threads_serves_the_oldest_waiting_read_first() {
         let lanes = Lanes::new();
         // Two threads now: a lane of one.
-        assert_eq!(lanes.enter(read(0), 2), Some(read(0)));
-        assert_eq!(lanes.enter(read(1), 2), None);
-        assert_eq!(lanes.enter(read(2), 2), None);
+        assert_eq!(lanes.enter(read(0), 2), Entry::Serve);
+        assert_eq!(lanes.enter(read(1), 2), Entry::Queued);
+        assert_eq!(lanes.enter(read(2), 2), Entry::Queued);
         // The pool may have 16 threads now: the next slow read takes a
         // place, for the oldest queued read; it queues behind the rest.
-        assert_eq!(lanes.enter(read(3), 16), Some(read(1)));
+        assert_eq!(lanes.enter(read(3), 16), Entry::ServeQueued(read(1)));
         assert_eq!(lanes.queued(), 2);
-        assert_eq!(lanes.enter(read(4), 16), Some(read(2)));
+        assert_eq!(lanes.enter(read(4), 16), Entry::ServeQueued(read(2)));
         assert_eq!(lanes.next(), Some(read(3)));
         assert_eq!(lanes.next(), Some(read(4)));
         assert_eq!(lanes.next(), None);

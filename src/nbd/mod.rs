@@ -34,6 +34,7 @@ mod budget;
 pub mod client;
 pub mod export;
 mod handshake;
+mod job;
 mod lanes;
 mod lock;
 pub mod mem;

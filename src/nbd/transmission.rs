@@ -61,7 +61,8 @@ use tracing::{debug, warn};
 
 use super::budget::{Budget, REQUEST_OVERHEAD};
 use super::export::{Export, ExportConn, ExportError, IoCtx};
-use super::lanes::{Lanes, Parked};
+use super::job::Job;
+use super::lanes::{Entry, Lanes, Parked};
 use super::lock::lock;
 use super::options::{ConnectionError, RequestObserver, ServerOptions};
 use super::pool::{thread_cpu, Pool, Workers};
@@ -78,63 +79,11 @@ use super::wire::Wire;
 use crate::listen::Stop;
 use crate::units::IoHint;
 
+/// Budget bytes of a request besides its data.
+const OVERHEAD: usize = REQUEST_OVERHEAD as usize;
+
 /// A thread's data buffer grown past this is given back after its request.
 const KEEP_BUFFER: usize = 4 * 1024 * 1024;
-
-/// What a thread took off the stream. `cost`: the budget bytes it holds.
-enum Job {
-    /// Answer at once with this encoded reply.
-    Reply(Vec<u8>),
-    /// Read `len` bytes into the thread's buffer and send them.
-    Read {
-        cookie: u64,
-        offset: u64,
-        len: u32,
-        hint: IoHint,
-        cost: usize,
-    },
-    /// Write the payload now at the start of the thread's buffer.
-    Write {
-        cookie: u64,
-        offset: u64,
-        len: u32,
-        fua: bool,
-        hint: IoHint,
-        cost: usize,
-    },
-    /// Any other op.
-    Other { op: Op, cookie: u64, cost: usize },
-}
-
-impl Job {
-    /// The budget bytes it holds.
-    fn cost(&self) -> usize {
-        match self {
-            Job::Reply(_) => 0,
-            Job::Read { cost, .. } | Job::Write { cost, .. } | Job::Other { cost, .. } => *cost,
-        }
-    }
-}
-
-impl Parked {
-    /// The READ to serve.
-    fn job(self) -> Job {
-        let Parked {
-            cookie,
-            offset,
-            len,
-            hint,
-            cost,
-        } = self;
-        Job::Read {
-            cookie,
-            offset,
-            len,
-            hint,
-            cost,
-        }
-    }
-}
 
 /// How a thread served the request it took.
 enum Turn {
@@ -335,20 +284,28 @@ impl<W: Wire> Shared<W> {
                 continue;
             }
             let lane = self.lane(&job);
-            let job = match lane {
-                None => job,
-                Some(read) => match self.lanes.enter(read, self.pool.threads_now()) {
-                    Some(first) => first.job(),
-                    None => {
-                        // Queued for the slow lane, which is full: read
-                        // on, so that what flash serves is not held up
-                        // behind it. What waits to be sent goes out
-                        // first: the next read may wait.
-                        self.settle(&mut deferred);
-                        held = Some(r);
-                        continue;
+            let job = match lane.map(|read| (read, self.lanes.enter(read, self.pool.threads_now())))
+            {
+                None | Some((_, Entry::Serve)) => job,
+                Some((read, entry)) => {
+                    // Queued, holding the request's overhead alone: its
+                    // data is not in memory until it is served.
+                    self.budget.release(read.cost.saturating_sub(OVERHEAD));
+                    match entry {
+                        Entry::ServeQueued(first) => {
+                            self.budget.overdraw(first.cost.saturating_sub(OVERHEAD));
+                            first.job()
+                        }
+                        _ => {
+                            // The lane is full: read on, so that what flash
+                            // serves is not held up behind it. What waits to
+                            // be sent goes out first: the next read may wait.
+                            self.settle(&mut deferred);
+                            held = Some(r);
+                            continue;
+                        }
                     }
-                },
+                }
             };
             let cost = job.cost();
             let mut reader = Some(r);
@@ -382,6 +339,7 @@ impl<W: Wire> Shared<W> {
                 // Its place in the slow lane goes to the next queued READ,
                 // served by this thread before it reads again.
                 while let Some(read) = self.lanes.next() {
+                    self.budget.overdraw(read.cost.saturating_sub(OVERHEAD));
                     if !matches!(turn, Turn::Pool) {
                         reader = None;
                         self.settle(&mut deferred);
