@@ -614,7 +614,7 @@ mod tests {
         let ms = Duration::from_millis;
         let mut s = Serving::default();
         // Take a request sent at `t0` up and end it at `end`; when taken.
-        let mut go = |s: &mut Serving, t0: u64, end: u64, slow: bool| {
+        let go = |s: &mut Serving, t0: u64, end: u64, slow: bool| {
             let at = s.take(ms(t0), slow);
             s.done(at, ms(end), slow);
             at
