@@ -1,10 +1,11 @@
-//! The NBD server's slow lane, over real TCP on 127.0.0.1: while every
+//! The NBD server's slow lane (`ServerOptions::slow_lane`, tierd's
+//! `server.nbd-slow-lane`), over real TCP on 127.0.0.1: while every
 //! thread it lets slow READs have (three quarters) waits on the slow
 //! device, a WRITE and a READ of the fast part are still read off the
-//! socket and answered; the slow READs past the lane queue and are served
-//! in the order sent, with their data, also when the client sends DISC
-//! behind them. Without the capability (the control case) the same client
-//! gets no answer until the slow device moves, as before the lane.
+//! socket and answered; the slow READs past the lane queue and are all
+//! served, with their data, also when the client sends DISC behind them.
+//! Without the capability or the lane (the controls) the same client gets
+//! no answer until the slow device moves, as before the lane.
 
 mod nbd_support;
 
@@ -116,12 +117,14 @@ fn options(own: bool) -> ServerOptions {
     if own {
         ServerOptions {
             threads: THREADS,
+            slow_lane: true,
             ..opts()
         }
     } else {
         ServerOptions {
             threads: 0,
             max_in_flight: THREADS,
+            slow_lane: true,
             ..opts()
         }
     }
@@ -184,11 +187,14 @@ async fn flash_requests_pass_a_full_slow_lane(own: bool) {
     })
     .await;
     srv.shutdown().await;
-    let started = export.started.lock().unwrap().clone();
+    let mut started = export.started.lock().unwrap().clone();
+    started.sort_unstable();
     let sent: Vec<u64> = (0..10).map(slow_offset).collect();
-    // The fill's writes read nothing; the slow reads started in the order
-    // sent (the lane and its queue keep it).
-    assert_eq!(started, sent, "slow reads start in the order sent");
+    // Each slow read ran once (the fill's writes read nothing). The order
+    // they start in is not kept: reads with a place each run on a thread
+    // of their own, in whatever order those threads get to the export
+    // (the queue's own order is tested in src/nbd/lanes.rs).
+    assert_eq!(started, sent, "every slow read ran once");
     assert!(export.most_waiting.load(Ordering::SeqCst) < THREADS);
 }
 
@@ -202,12 +208,26 @@ async fn flash_requests_pass_a_full_slow_lane_on_runtime_threads() {
     flash_requests_pass_a_full_slow_lane(false).await;
 }
 
-/// The control: an export that does not say which reads are slow gets the
-/// old behaviour, every thread on the gate and the WRITE unanswered.
+/// The controls: an export that does not say which reads are slow, or a
+/// server without the lane (the default), gets the old behaviour, every
+/// thread on the gate and the WRITE unanswered.
 #[tokio::test]
 async fn without_the_capability_a_write_waits_behind_slow_reads() {
-    let export = Arc::new(GatedExport::new(false));
-    let srv = start_with(export.clone(), options(true)).await;
+    write_waits_behind_slow_reads(Arc::new(GatedExport::new(false)), options(true)).await;
+}
+
+#[tokio::test]
+async fn without_the_lane_a_write_waits_behind_slow_reads() {
+    let no_lane = ServerOptions {
+        slow_lane: false,
+        ..options(true)
+    };
+    assert!(!ServerOptions::default().slow_lane, "off by default");
+    write_waits_behind_slow_reads(Arc::new(GatedExport::new(true)), no_lane).await;
+}
+
+async fn write_waits_behind_slow_reads(export: Arc<GatedExport>, options: ServerOptions) {
+    let srv = start_with(export.clone(), options).await;
     with_timeout(async {
         let mut c = Client::ready(srv.addr, false).await;
         export.set_open(false);

@@ -342,22 +342,26 @@ impl Landing {
 /// wait on the socket, not in the HDD's queue.
 pub const SERVED_AT_ONCE: usize = 32;
 
-/// Of them, reads of the HDD served at once at most: the NBD server leaves
-/// a quarter of each connection's threads to other requests (its slow
-/// lane, `src/nbd/lanes.rs`), and queues the rest of those reads in order.
-pub const SLOW_AT_ONCE: usize = SERVED_AT_ONCE - SERVED_AT_ONCE / 4;
+/// Of them, reads of the HDD served at once at most with the NBD server's
+/// slow lane (`server.nbd-slow-lane`, off by default): it leaves a quarter
+/// of each connection's threads to other requests (`src/nbd/lanes.rs`)
+/// and queues the rest of those reads in order. The replay models the
+/// daemon's default, without the lane ([`Serving::new`]).
+pub const SLOW_LANE_AT_ONCE: usize = SERVED_AT_ONCE - SERVED_AT_ONCE / 4;
 
 /// The server's threads: a request is taken up when one of
 /// [`SERVED_AT_ONCE`] is free, a read the target serves from the HDD
-/// ([`Target::read_is_slow`]) only while fewer than [`SLOW_AT_ONCE`] such
-/// reads are served; each lane in the order sent. Without this bound every
+/// ([`Target::read_is_slow`]) only while fewer than `slow_cap` such reads
+/// are served; each lane in the order sent. Without this bound every
 /// request of a flood queued on the drive at once, where the daemon holds
 /// 32 and the rest wait, looked up only when taken up: msr-web0 at 10x
 /// queued minutes of reads on the bench's HDD against 0.1 to 0.3 s on the
 /// daemon's (docs/bench.md, "Again on 2026-12-06"). The wait for a thread
 /// counts in the request's latency, as the client sees it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Serving {
+    /// Slow reads served at once at most.
+    slow_cap: usize,
     /// When the requests taken up start and end: other requests, slow
     /// reads.
     spans: [Vec<(Duration, Duration)>; 2],
@@ -366,6 +370,17 @@ struct Serving {
 }
 
 impl Serving {
+    /// No request served yet; at most `slow_cap` slow reads at once
+    /// ([`SERVED_AT_ONCE`]: no slow lane, the daemon's default;
+    /// [`SLOW_LANE_AT_ONCE`] with it).
+    fn new(slow_cap: usize) -> Serving {
+        Serving {
+            slow_cap,
+            spans: Default::default(),
+            last: Default::default(),
+        }
+    }
+
     /// When a request sent at `t0` (no earlier than the last one sent),
     /// a slow read if `slow`, is taken up.
     fn take(&mut self, t0: Duration, slow: bool) -> Duration {
@@ -379,7 +394,7 @@ impl Serving {
             let on = |(s, e): &&(Duration, Duration)| *s <= at && *e > at;
             let busy = |spans: &[(Duration, Duration)]| spans.iter().filter(on).count();
             let (others, slows) = (busy(&self.spans[0]), busy(&self.spans[1]));
-            let lane_full = slow && slows >= SLOW_AT_ONCE;
+            let lane_full = slow && slows >= self.slow_cap;
             if !lane_full && others + slows < SERVED_AT_ONCE {
                 break;
             }
@@ -458,7 +473,7 @@ pub fn execute(
         let mut own: BTreeMap<u16, StreamDetector> = BTreeMap::new();
         let mut last_end = start;
         let mut landing = Landing::default();
-        let mut serving = Serving::default();
+        let mut serving = Serving::new(SERVED_AT_ONCE);
         for r in &trace.records {
             let t0 = start + Duration::from_secs_f64(r.t_ns as f64 / 1e9 / speed);
             p.sleep_until(t0);
@@ -466,7 +481,11 @@ pub fn execute(
             // a read of data whose copy to flash is not done yet on this
             // clock, when it is (see `Serving`, `Landing`).
             let len = u64::from(r.len);
-            let slow = r.op == Op::Read && target.read_is_slow(r.offset, len);
+            // A read is slow if the HDD serves it, or if it waits for a
+            // copy from the HDD still on its way (the daemon's read of an
+            // extent whose copy is not done reads the HDD).
+            let slow = r.op == Op::Read
+                && (target.read_is_slow(r.offset, len) || landing.ready(r.offset, len, t0) > t0);
             let taken = serving.take(t0, slow);
             let issue = match r.op {
                 Op::Read => landing.ready(r.offset, u64::from(r.len), taken),
@@ -612,7 +631,7 @@ mod tests {
     #[test]
     fn a_request_waits_for_a_free_thread_and_requests_are_taken_up_in_order() {
         let ms = Duration::from_millis;
-        let mut s = Serving::default();
+        let mut s = Serving::new(SERVED_AT_ONCE);
         // Take a request sent at `t0` up and end it at `end`; when taken.
         let go = |s: &mut Serving, t0: u64, end: u64, slow: bool| {
             let at = s.take(ms(t0), slow);
@@ -636,14 +655,14 @@ mod tests {
     #[test]
     fn slow_reads_take_at_most_their_lane_and_leave_the_rest_to_other_requests() {
         let ms = Duration::from_millis;
-        let mut s = Serving::default();
+        let mut s = Serving::new(SLOW_LANE_AT_ONCE);
         let go = |s: &mut Serving, t0: u64, end: u64, slow: bool| {
             let at = s.take(ms(t0), slow);
             s.done(at, ms(end), slow);
             at
         };
         // A flood of HDD reads at 0, each ending 1 s after the last.
-        for i in 0..SLOW_AT_ONCE as u64 {
+        for i in 0..SLOW_LANE_AT_ONCE as u64 {
             assert_eq!(go(&mut s, 0, 1000 * (i + 1), true), ms(0));
         }
         // The next HDD read waits for the first to end; the one after it
@@ -652,7 +671,7 @@ mod tests {
         assert_eq!(go(&mut s, 2, 60_000, true), ms(2000));
         // Writes sent meanwhile go at once, on the threads left: a quarter
         // (the two reads waiting for the lane hold no thread yet).
-        for i in 0..(SERVED_AT_ONCE - SLOW_AT_ONCE) as u64 {
+        for i in 0..(SERVED_AT_ONCE - SLOW_LANE_AT_ONCE) as u64 {
             assert_eq!(go(&mut s, 3, 10 + i, false), ms(3), "write {i}");
         }
         // With every thread taken, the next waits for the first to end,

@@ -138,6 +138,11 @@ const FLAGS: &[Flag] = {
             "Send long reads of image-file data without copying it (default true)",
         ),
         flag(
+            "nbd-slow-lane",
+            Value("BOOL"),
+            "Let reads of the HDD take at most three quarters of a connection's threads, queueing the rest, so writes and flash reads pass them (default false)",
+        ),
+        flag(
             "nbd-poll",
             Value("DURATION"),
             "Poll an NBD socket this long for the next request before sleeping, while it pays; 0s: never (default 50us)",

@@ -101,6 +101,14 @@ pub struct Config {
     /// image file are sent without copying it (splice from the page
     /// cache). Default true.
     pub nbd_zero_copy: bool,
+    /// Reads of data on the HDD take at most three quarters of a
+    /// connection's threads; more such reads queue in order, so writes
+    /// and reads of flash are not held up behind them (docs/design.md).
+    /// Default false: on msr-web0 replayed at 24x through the daemon it
+    /// cut the mean write from 14.6 s to 5.8 s but raised the mean read
+    /// from 101 s to 117 s and the HDD's busy time by a fifth
+    /// (docs/tiering.md, "The NBD server's slow lane").
+    pub nbd_slow_lane: bool,
     /// On those threads, how long the thread that reads a connection's
     /// next request polls the socket before it sleeps, while polling pays
     /// (adaptive); `0s` never polls. At most 1ms. Default `50us`.
@@ -173,6 +181,7 @@ impl Default for Config {
             max_connections: 256,
             nbd_threads: 16,
             nbd_zero_copy: true,
+            nbd_slow_lane: false,
             nbd_poll: crate::units::NBD_POLL_DEFAULT,
             handshake_timeout: std::time::Duration::from_secs(30),
             remote_timeout: std::time::Duration::from_secs(30),

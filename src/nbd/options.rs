@@ -62,6 +62,12 @@ pub struct ServerOptions {
     /// without copying their data when the export can hand it out as pages
     /// ([`Export::read_to_pipe`](super::Export::read_to_pipe)).
     pub zero_copy: bool,
+    /// READs the export calls slow ([`Export::read_is_slow`]) take at most
+    /// three quarters of a connection's threads; more queue in order, and
+    /// the connection reads on (`src/nbd/lanes.rs`). Default false.
+    ///
+    /// [`Export::read_is_slow`]: super::Export::read_is_slow
+    pub slow_lane: bool,
     /// On a plain TCP or Unix socket, how long the thread reading a
     /// connection's next request polls the socket for it before it sleeps,
     /// while polling pays (adaptive; zero: never). A sleeping thread's
@@ -89,6 +95,7 @@ impl Default for ServerOptions {
             max_in_flight_bytes: 128 * 1024 * 1024,
             threads: 16,
             zero_copy: true,
+            slow_lane: false,
             poll: crate::units::NBD_POLL_DEFAULT,
             tls: None,
             observer: Arc::new(NoObserver),

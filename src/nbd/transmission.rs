@@ -140,8 +140,9 @@ struct Shared<W> {
     probing: AtomicBool,
     budget: Budget,
     pool: Pool,
-    /// How many threads may wait on slow READs, and those queued for it.
-    lanes: Lanes,
+    /// How many threads may wait on slow READs, and those queued for it
+    /// ([`ServerOptions::slow_lane`]; `None`: no lane).
+    lanes: Option<Lanes>,
     stopping: AtomicBool,
     /// The first error that ended the connection.
     failure: Mutex<Option<ConnectionError>>,
@@ -194,7 +195,7 @@ pub(super) async fn transmission<W: Wire>(
         probing: AtomicBool::new(false),
         budget: Budget::new(opts),
         pool,
-        lanes: Lanes::new(),
+        lanes: opts.slow_lane.then(Lanes::new),
         stopping: AtomicBool::new(false),
         failure: Mutex::new(None),
         ctl,
@@ -284,7 +285,8 @@ impl<W: Wire> Shared<W> {
                 continue;
             }
             let lane = self.lane(&job);
-            let job = match lane.map(|read| (read, self.lanes.enter(read, self.pool.threads_now())))
+            let job = match lane
+                .map(|(lanes, read)| (read, lanes.enter(read, self.pool.threads_now())))
             {
                 None | Some((_, Entry::Serve)) => job,
                 Some((read, entry)) => {
@@ -335,10 +337,10 @@ impl<W: Wire> Shared<W> {
                 self.probing.store(false, Ordering::Release);
             }
             self.budget.release(cost);
-            if lane.is_some() {
+            if let Some((lanes, _)) = lane {
                 // Its place in the slow lane goes to the next queued READ,
                 // served by this thread before it reads again.
-                while let Some(read) = self.lanes.next() {
+                while let Some(read) = lanes.next() {
                     self.budget.overdraw(read.cost.saturating_sub(OVERHEAD));
                     if !matches!(turn, Turn::Pool) {
                         reader = None;
@@ -365,24 +367,27 @@ impl<W: Wire> Shared<W> {
         }
     }
 
-    /// `job` as a place in the slow lane: a READ the export calls slow.
-    fn lane(&self, job: &Job) -> Option<Parked> {
-        match *job {
+    /// `job` for the slow lane, if the connection has one and it is a READ
+    /// the export calls slow.
+    fn lane(&self, job: &Job) -> Option<(&Lanes, Parked)> {
+        let lanes = self.lanes.as_ref()?;
+        let read = match *job {
             Job::Read {
                 cookie,
                 offset,
                 len,
                 hint,
                 cost,
-            } if self.export.read_is_slow(offset, u64::from(len)) => Some(Parked {
+            } if self.export.read_is_slow(offset, u64::from(len)) => Parked {
                 cookie,
                 offset,
                 len,
                 hint,
                 cost,
-            }),
-            _ => None,
-        }
+            },
+            _ => return None,
+        };
+        Some((lanes, read))
     }
 
     /// `job` must wait for the export: serve it solo, keeping the reader

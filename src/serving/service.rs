@@ -114,6 +114,7 @@ pub async fn run_with(
         max_connections: cfg.max_connections,
         threads: cfg.nbd_threads,
         zero_copy: cfg.nbd_zero_copy,
+        slow_lane: cfg.nbd_slow_lane,
         poll: cfg.nbd_poll,
         handshake_timeout: cfg.handshake_timeout,
         tls: tls.clone(),

@@ -54,7 +54,12 @@ impl SsdParams {
 /// A solid-state drive.
 pub struct SsdModel {
     p: SsdParams,
-    units: Vec<Duration>,
+    /// Work booked on each flash unit, as (start, end), in time order: a
+    /// request is fitted into the first gap after it is ready, so work
+    /// booked for later (on a virtual clock, a participant ahead of the
+    /// others: the bench's migrator after a wait on the HDD) does not hold
+    /// up a request that is done before it starts.
+    units: Vec<VecDeque<(Duration, Duration)>>,
     /// Transfers booked on the link, as (start, end), in time order and
     /// not overlapping. A transfer takes the earliest idle interval at or
     /// after it is ready: a read's transfer booked after its flash time
@@ -71,7 +76,7 @@ impl SsdModel {
     /// A drive with parameters `p`.
     pub fn new(p: SsdParams) -> Self {
         SsdModel {
-            units: vec![Duration::ZERO; p.units.max(1)],
+            units: vec![VecDeque::new(); p.units.max(1)],
             p,
             link: VecDeque::new(),
             buffer: VecDeque::new(),
@@ -80,46 +85,74 @@ impl SsdModel {
         }
     }
 
-    fn unit(&mut self, now: Duration, busy: f64) -> Duration {
-        let (i, free) = self
-            .units
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, t)| **t)
-            .map(|(i, t)| (i, *t))
-            .unwrap_or((0, Duration::ZERO));
-        let done = free.max(now) + secs(busy);
-        self.units[i] = done;
-        done
+    /// Book `busy` seconds of flash work ready at `ready` on the unit
+    /// that can start it first; when it ends. Bookings that ended before
+    /// `now` are forgotten.
+    fn unit(&mut self, now: Duration, ready: Duration, busy: f64) -> Duration {
+        let d = secs(busy);
+        let mut best: Option<(Duration, usize)> = None;
+        for (i, unit) in self.units.iter_mut().enumerate() {
+            forget(unit, now);
+            let (start, _) = fit(unit, ready, d);
+            if best.is_none_or(|(b, _)| start < b) {
+                best = Some((start, i));
+            }
+        }
+        let i = best.map_or(0, |(_, i)| i);
+        book(&mut self.units[i], ready, d, UNIT_BOOKINGS)
     }
 
     /// Book a transfer of `len` bytes ready at `ready`; when it ends.
     /// Bookings that ended before `now` are forgotten.
     fn link(&mut self, now: Duration, ready: Duration, len: u64) -> Duration {
-        while self.link.front().is_some_and(|(_, end)| *end <= now) {
-            self.link.pop_front();
-        }
+        forget(&mut self.link, now);
         let d = secs(len as f64 / self.p.link);
-        let mut start = ready;
-        let mut at = self.link.len();
-        for (i, (s, e)) in self.link.iter().enumerate() {
-            if *e <= start {
-                continue;
-            }
-            if start + d <= *s {
-                at = i;
-                break;
-            }
-            start = start.max(*e);
-        }
-        self.link.insert(at, (start, start + d));
-        // A bounded book: a queue this long is far in the future anyway.
-        if self.link.len() > LINK_BOOKINGS {
-            self.link.pop_front();
-        }
-        start + d
+        book(&mut self.link, ready, d, LINK_BOOKINGS)
     }
 }
+
+/// Forget the bookings of `list` that ended by `now`.
+fn forget(list: &mut VecDeque<(Duration, Duration)>, now: Duration) {
+    while list.front().is_some_and(|(_, end)| *end <= now) {
+        list.pop_front();
+    }
+}
+
+/// Where `d` of work ready at `ready` fits in `list` (bookings as (start,
+/// end) in time order): its start, and the index to insert it at.
+fn fit(list: &VecDeque<(Duration, Duration)>, ready: Duration, d: Duration) -> (Duration, usize) {
+    let mut start = ready;
+    for (i, (s, e)) in list.iter().enumerate() {
+        if *e <= start {
+            continue;
+        }
+        if start + d <= *s {
+            return (start, i);
+        }
+        start = start.max(*e);
+    }
+    (start, list.len())
+}
+
+/// Book `d` of work ready at `ready` in the first gap of `list` that holds
+/// it; when it ends. At most `keep` bookings are kept: a queue that long is
+/// far in the future anyway.
+fn book(
+    list: &mut VecDeque<(Duration, Duration)>,
+    ready: Duration,
+    d: Duration,
+    keep: usize,
+) -> Duration {
+    let (start, at) = fit(list, ready, d);
+    list.insert(at, (start, start + d));
+    if list.len() > keep {
+        list.pop_front();
+    }
+    start + d
+}
+
+/// Bookings an [`SsdModel`] keeps per flash unit at most.
+const UNIT_BOOKINGS: usize = 1024;
 
 /// Link bookings an [`SsdModel`] keeps at most.
 const LINK_BOOKINGS: usize = 4096;
@@ -132,7 +165,7 @@ impl TimingModel for SsdModel {
             OpKind::Read => {
                 // Pages of one request spread over the units.
                 let per_unit = (pages / self.p.units as f64).ceil();
-                let ready = self.unit(now + overhead, self.p.page_read * per_unit);
+                let ready = self.unit(now, now + overhead, self.p.page_read * per_unit);
                 self.link(now, ready, len)
             }
             OpKind::Write => {

@@ -201,6 +201,29 @@ fn ssd_link_carries_a_write_while_a_read_waits_for_flash() {
 }
 
 #[test]
+fn ssd_work_booked_for_later_does_not_hold_up_a_read_done_before_it() {
+    // On a virtual clock a participant may run ahead: a 1 MiB read
+    // submitted for 10 s (the bench's migrator after a wait on the HDD)
+    // takes every flash unit then. A 4 KiB read at 1 s, submitted after
+    // it, is done at once, as on a drive, where the later read is not
+    // there yet.
+    let mut m = SsdModel::new(SsdParams::SSD_SATA);
+    let ahead = m.submit(OpKind::Read, 0, 1 << 20, Duration::from_secs(10));
+    assert!(ahead > Duration::from_secs(10));
+    let t0 = Duration::from_secs(1);
+    let now = m.submit(OpKind::Read, 1 << 30, 4096, t0);
+    assert!(
+        now - t0 < Duration::from_micros(200),
+        "a read at 1 s waited for work booked at 10 s: {:?}",
+        now - t0
+    );
+    // Work that does not fit before the later booking goes after it.
+    let t1 = ahead - Duration::from_micros(10);
+    let after = m.submit(OpKind::Read, 2 << 30, 1 << 20, t1);
+    assert!(after > ahead, "{after:?} {ahead:?}");
+}
+
+#[test]
 fn ssd_write_cliff_after_the_buffer_fills() {
     let mut p = SsdParams::SSD_SATA;
     p.write_buffer = 64 << 20;
