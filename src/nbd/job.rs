@@ -42,6 +42,28 @@ impl Job {
     }
 }
 
+impl Job {
+    /// A READ as the slow lane queues it.
+    pub(super) fn parked(&self) -> Option<Parked> {
+        match *self {
+            Job::Read {
+                cookie,
+                offset,
+                len,
+                hint,
+                cost,
+            } => Some(Parked {
+                cookie,
+                offset,
+                len,
+                hint,
+                cost,
+            }),
+            _ => None,
+        }
+    }
+}
+
 impl Parked {
     /// The READ to serve.
     pub(super) fn job(self) -> Job {

@@ -371,23 +371,9 @@ impl<W: Wire> Shared<W> {
     /// the export calls slow.
     fn lane(&self, job: &Job) -> Option<(&Lanes, Parked)> {
         let lanes = self.lanes.as_ref()?;
-        let read = match *job {
-            Job::Read {
-                cookie,
-                offset,
-                len,
-                hint,
-                cost,
-            } if self.export.read_is_slow(offset, u64::from(len)) => Parked {
-                cookie,
-                offset,
-                len,
-                hint,
-                cost,
-            },
-            _ => return None,
-        };
-        Some((lanes, read))
+        let read = job.parked()?;
+        let slow = self.export.read_is_slow(read.offset, u64::from(read.len));
+        slow.then_some((lanes, read))
     }
 
     /// `job` must wait for the export: serve it solo, keeping the reader
