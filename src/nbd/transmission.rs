@@ -38,7 +38,8 @@
 //! away. Only a wire that can tell that a request waits
 //! ([`Wire::peeks`]) serves solo.
 //!
-//! A READ the export calls slow ([`Export::read_is_slow`]: tierd's reads of
+//! With the slow lane ([`ServerOptions::slow_lane`], off by default), a
+//! READ the export calls slow ([`Export::read_is_slow`]: tierd's reads of
 //! data on the HDD) may take at most three quarters of the threads
 //! ([`Lanes`]); one read while they are all taken is queued, in order, for
 //! the next thread that ends a slow READ, and the thread reads on. So a
