@@ -6,13 +6,16 @@
 # migrator copy for it?
 #
 #   benchmarks/daemon-shift.sh [--runs N] [--conns N] [--before S] [--after S]
+#                              [--set-size MIB] [--read-share PCT]
 #                              [--tierd-args "ARGS"] [--json FILE]
 #
 # Set-up (the issue's): 1 GiB ssd-sata + 8 GiB hdd-5400 models (reserve
-# 256 MiB), 6 GiB written sequentially. Region A is 512 MiB at offset 0,
-# brought to the SSD by a pin that is lifted again; region B is 512 MiB at
-# 4 GiB (on the HDD). fio: randread 4 KiB, Zipf 0.99, QD 4 on one
-# connection (`--conns 4`: four connections at QD 1). Phases: `ref` reads
+# 256 MiB), 6 GiB written sequentially. Region A is 512 MiB (`--set-size`,
+# in MiB; the room beside the reserve is 768 MiB) at offset 0, brought to
+# the SSD by a pin that is lifted again; region B is as large, at 4 GiB (on
+# the HDD). fio: randread 4 KiB, Zipf 0.99, QD 4 on one connection
+# (`--conns 4`: four connections at QD 1); `--read-share 70`: randrw with
+# 70 % reads (IOPS are reads and writes together). Phases: `ref` reads
 # A for --before seconds (default 20): the SSD-resident rate; `shift` reads
 # B for --after seconds (default 90); `back` reads A again for --after
 # seconds (the set returns, in the other direction). Per second IOPS are
@@ -21,7 +24,7 @@
 # the SSD-resident rate (the `ref` phase's median over its last 10 s), the
 # first second at which the 5 s mean reaches 0.9x of it and the first from
 # which it stays there, the bytes promoted
-# and demoted during the phase against the 512 MiB working set, and the
+# and demoted during the phase against the working set, and the
 # share of the phase's region on the SSD at its end.
 #
 # TIERD and TIERCTL name the binaries (default target/release/…); PORT
@@ -30,7 +33,7 @@ set -euo pipefail
 TIERD=${TIERD:-target/release/tierd}
 TIERCTL=${TIERCTL:-target/release/tierctl}
 PORT=${PORT:-10941}
-RUNS=1 BEFORE=20 AFTER=90 CONNS=1 JSON="" TIERD_ARGS=""
+RUNS=1 BEFORE=20 AFTER=90 CONNS=1 JSON="" TIERD_ARGS="" SET=512 READS=100
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) RUNS=$2; shift 2 ;;
@@ -38,8 +41,10 @@ while [ $# -gt 0 ]; do
     --before) BEFORE=$2; shift 2 ;;
     --after) AFTER=$2; shift 2 ;;
     --conns) CONNS=$2; shift 2 ;;
+    --set-size) SET=$2; shift 2 ;;
+    --read-share) READS=$2; shift 2 ;;
     --json) JSON=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "daemon-shift.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -47,6 +52,11 @@ for tool in fio nbdinfo python3; do
   command -v $tool >/dev/null || { echo "daemon-shift.sh: $tool is not installed" >&2; exit 1; }
 done
 [ -x "$TIERD" ] && [ -x "$TIERCTL" ] || { echo "daemon-shift.sh: build first (cargo build --release)" >&2; exit 1; }
+case $SET in ''|*[!0-9]*) echo "daemon-shift.sh: --set-size takes MiB (a whole number)" >&2; exit 2 ;; esac
+case $READS in ''|*[!0-9]*) echo "daemon-shift.sh: --read-share takes a percentage" >&2; exit 2 ;; esac
+[ "$READS" -le 100 ] || { echo "daemon-shift.sh: --read-share is at most 100" >&2; exit 2; }
+RW=(--rw=randread)
+[ "$READS" -lt 100 ] && RW=(--rw=randrw --rwmixread="$READS")
 QD=4; NJ=1
 if [ "$CONNS" -gt 1 ]; then QD=1; NJ=$CONNS; fi
 RESULTS=$(mktemp /var/tmp/shift-results.XXXX)
@@ -59,8 +69,8 @@ phase() { # dir name offset seconds
   ( while :; do "$TIERCTL" --control "$dir/control.sock" --json status 2>/dev/null | tr -d '\n' \
       >>"$dir/$name.status.jsonl" && echo >>"$dir/$name.status.jsonl"; sleep 1; done ) &
   local poller=$!
-  fio --name="$name" --ioengine=nbd --uri=nbd://127.0.0.1:$PORT --rw=randread --bs=4k \
-    --iodepth=$QD --numjobs=$NJ --group_reporting --offset="$off" --size=512m \
+  fio --name="$name" --ioengine=nbd --uri=nbd://127.0.0.1:$PORT "${RW[@]}" --bs=4k \
+    --iodepth=$QD --numjobs=$NJ --group_reporting --offset="$off" --size="${SET}m" \
     --random_distribution=zipf:0.99 --time_based --runtime="$secs" \
     --write_iops_log="$dir/$name" --log_avg_msec=1000 \
     --output="$dir/$name.json" --output-format=json >/dev/null
@@ -86,26 +96,26 @@ one() { # label
     --size=6g --output="$dir/fill.json" --output-format=json >/dev/null
   # Region A onto the SSD (a pin, waited for, then lifted): the working set
   # starts SSD-resident, as in the issue.
-  "$TIERCTL" --control "$dir/control.sock" pin 0+512MiB --tier ssd >/dev/null
+  "$TIERCTL" --control "$dir/control.sock" pin "0+${SET}MiB" --tier ssd >/dev/null
   for _ in $(seq 1 120); do
-    "$TIERCTL" --control "$dir/control.sock" --json placement 0+512MiB |
+    "$TIERCTL" --control "$dir/control.sock" --json placement "0+${SET}MiB" |
       python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if all(x['where']=='ssd' for x in d['runs']) else 1)" && break
     sleep 1
   done
-  "$TIERCTL" --control "$dir/control.sock" unpin 0+512MiB >/dev/null
+  "$TIERCTL" --control "$dir/control.sock" unpin "0+${SET}MiB" >/dev/null
   sleep 2
   echo "[$label] region A (SSD-resident) ${BEFORE}s, region B ${AFTER}s, region A again ${AFTER}s" >&2
   phase "$dir" ref 0 "$BEFORE"
   phase "$dir" shift 4g "$AFTER"
-  "$TIERCTL" --control "$dir/control.sock" --json placement 4GiB+512MiB >"$dir/shift.place.json"
+  "$TIERCTL" --control "$dir/control.sock" --json placement "4GiB+${SET}MiB" >"$dir/shift.place.json"
   phase "$dir" back 0 "$AFTER"
-  "$TIERCTL" --control "$dir/control.sock" --json placement 0+512MiB >"$dir/back.place.json"
+  "$TIERCTL" --control "$dir/control.sock" --json placement "0+${SET}MiB" >"$dir/back.place.json"
   kill -TERM $pid; wait $pid 2>/dev/null || true
   # The images take 7 GiB; the logs and JSON stay.
   rm -rf "$dir/ssd.img" "$dir/hdd.img" "$dir/meta"
-  python3 - "$dir" "$label" "$CONNS" >>"$RESULTS" <<'PY'
+  python3 - "$dir" "$label" "$CONNS" "$SET" >>"$RESULTS" <<'PY'
 import glob, json, sys
-d, label, conns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+d, label, conns, set_mib = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 def series(name):
     per = {}
     for f in glob.glob(f"{d}/{name}_iops.*.log"):
@@ -139,12 +149,12 @@ for name in ["shift", "back"]:
         old = next((x for x in b["by_reason"] if x["reason"] == r["reason"]), {"to_ssd": 0, "to_hdd": 0})
         reasons[r["reason"]] = [r["to_ssd"] - old["to_ssd"], r["to_hdd"] - old["to_hdd"]]
     print(json.dumps({
-        "run": label, "phase": name, "connections": conns, "ssd_resident_iops": round(ref),
+        "run": label, "phase": name, "connections": conns, "set_mib": set_mib, "ssd_resident_iops": round(ref),
         "iops_10s": round(mean3(xs, 10)), "iops_30s": round(mean3(xs, 30)),
         "iops_60s": round(mean3(xs, 60)), "last10_iops": round(median(xs[-10:])),
         "seconds_to_0_9x": reached, "seconds_to_stay_0_9x": stays,
         "ratio_30s": round(mean3(xs, 30) / max(ref, 1.0), 2), "promoted_mib": up >> 20, "demoted_mib": down >> 20,
-        "migration_per_working_set": round((up + down) / (512 << 20), 2),
+        "migration_per_working_set": round((up + down) / (set_mib << 20), 2),
         "region_on_ssd": round(on_ssd, 3), "moves_by_reason": reasons, "series": xs, "dir": d,
     }))
 PY
