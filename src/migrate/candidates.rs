@@ -237,7 +237,7 @@ mod tests {
                 (zoned, true),
                 (any_score, false),
             ] {
-                let some = candidates(&vol, &heat, (!admission).then_some(&cfg));
+                let some = candidates(&vol, &heat, Some(&cfg));
                 let all = all_candidates(&vol, &heat);
                 assert!(some.windows(2).all(|w| w[0].extent < w[1].extent));
                 assert!(some.iter().all(|c| all.contains(c)), "{second}");

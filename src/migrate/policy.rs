@@ -31,7 +31,10 @@
 //!
 //! Rules 3 and 4 are read-driven: with admission at the miss on
 //! ([`PlanInput::admission`]) reads place their data themselves, and the
-//! planner keeps only the pins and the reserve.
+//! planner makes no hot promotions and prefetches only zones where a
+//! working set is arriving (three quarters of their extents touched
+//! recently, at least half of those still on the HDD: a set that moved
+//! there, which paced misses would bring up one seek at a time).
 //!
 //! Effective heat is `score * min(1, coverage / dense-blocks)`: an extent
 //! touched in one stray block counts for a fraction of one touched densely.
@@ -377,8 +380,21 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     }
 
     // 4. Neighbourhood prefetch.
-    if !input.admission && cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
+    // With admission at the miss, a miss brings its own extent up, and a
+    // busy zone's neighbours are worth a copy only where a working set is
+    // arriving: the zone read nearly whole, most of what was read still on
+    // the HDD. Paced misses would bring it up one at a time, each paying a
+    // seek, where a prefetch reads the zone in order; a zone whose set is
+    // mostly up keeps to admission (its holes are read less than misses).
+    if cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
         let zones = Zones::find(cfg, &input.candidates);
+        let wanted = |e: u64| {
+            if input.admission {
+                zones.is_arriving(e)
+            } else {
+                zones.is_busy(e)
+            }
+        };
         let in_use = |c: &Candidate| zones.in_use(c.extent);
         let chosen: HashSet<u64> = promote.iter().map(|(c, _)| c.extent).collect();
         let mut near: Vec<&Candidate> = input
@@ -387,7 +403,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
             .filter(|c| {
                 c.tier == Tier::Hdd
                     && c.pin.is_none()
-                    && zones.is_busy(c.extent)
+                    && wanted(c.extent)
                     && !chosen.contains(&c.extent)
             })
             .collect();

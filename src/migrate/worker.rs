@@ -475,8 +475,9 @@ impl Migrator {
         let admitting = cfg.admission && vol.admission_keeps_copies();
         let input = PlanInput {
             // The extents that can move: what the SSD holds, what was
-            // touched, what is pinned, and, with prefetch, the busy zones.
-            candidates: candidates(vol, &self.heat, (!admitting).then_some(&cfg.policy)),
+            // touched, what is pinned, and, with prefetch, the busy zones
+            // (with admission too: a set arriving is prefetched).
+            candidates: candidates(vol, &self.heat, Some(&cfg.policy)),
             // The write log's segments are not free: random writes can fill
             // them faster than the HDD drains them (a minute or more for a
             // reserve's worth of scattered 4 KiB blocks), and the reserve

@@ -11,6 +11,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::policy::{Candidate, PolicyConfig, KEEPS_COMING_BACK};
+use crate::volume::Tier;
 
 /// The zones in use, and how busy each is.
 pub struct Zones {
@@ -24,6 +25,10 @@ pub struct Zones {
     any: HashMap<u64, u32>,
     /// Busy zones: their HDD extents may be prefetched.
     busy: HashSet<u64>,
+    /// Zones three quarters of whose extents were touched, one within
+    /// `idle-after`, at least half of the touched ones on the HDD: read
+    /// nearly whole, and mostly not yet on the SSD.
+    arriving: HashSet<u64>,
 }
 
 impl Zones {
@@ -46,6 +51,13 @@ impl Zones {
             .filter(|c| c.coverage > 0)
             .map(|c| (c.extent, c.recurrence >= KEEPS_COMING_BACK))
             .collect();
+        let mut on_hdd: HashMap<u64, u32> = HashMap::new();
+        for c in candidates
+            .iter()
+            .filter(|c| c.coverage > 0 && c.tier == Tier::Hdd)
+        {
+            *on_hdd.entry(c.extent / z).or_default() += 1;
+        }
         touched.sort_unstable();
         let mut active: HashMap<u64, u32> = HashMap::new();
         let mut any: HashMap<u64, u32> = HashMap::new();
@@ -70,10 +82,14 @@ impl Zones {
         // whose last extents on the HDD are the holes between them. (A
         // stream's start is the cutoff's worth of extents, four of 1 MiB by
         // default: a small share of a zone.)
+        let mut arriving = HashSet::new();
         for (zone, n) in &in_zone {
             if u64::from(*n) * 4 >= z * 3 {
                 let runs = active.entry(*zone).or_default();
                 *runs = (*runs).max(cfg.zone_min_active.max(1));
+                if on_hdd.get(zone).copied().unwrap_or(0) * 2 >= *n {
+                    arriving.insert(*zone);
+                }
             }
         }
         // Runs are counted over the coverage windows (a minute or two: a
@@ -89,6 +105,7 @@ impl Zones {
             .collect();
         active.retain(|zone, _| recent.contains(zone));
         any.retain(|zone, _| recent.contains(zone));
+        arriving.retain(|zone| recent.contains(zone));
         // Busy zones, grown into neighbouring zones with any reuse at all: a
         // working set spread over many zones (each touched only a few times
         // while the workload still runs at HDD speed) is found from its
@@ -111,6 +128,7 @@ impl Zones {
             active,
             any,
             busy,
+            arriving,
         }
     }
 
@@ -124,6 +142,14 @@ impl Zones {
     /// Whether an extent's zone is busy: its HDD extents may be prefetched.
     pub fn is_busy(&self, extent: u64) -> bool {
         self.busy.contains(&(extent / self.z))
+    }
+
+    /// Whether a working set is arriving in an extent's zone: three
+    /// quarters of its extents touched within the coverage windows (one
+    /// within `idle-after`), and at least half of those still on the HDD
+    /// (such a zone is busy too).
+    pub fn is_arriving(&self, extent: u64) -> bool {
+        self.arriving.contains(&(extent / self.z))
     }
 
     /// The extents of the busy zones, zone by zone in order, up to `end`

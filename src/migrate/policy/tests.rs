@@ -274,6 +274,13 @@ fn a_busy_zone_brings_its_neighbours_in_place_of_idle_data() {
         })
         .collect();
     assert!(plan(&cfg, &input(run, 10, 0)).is_empty());
+    // With admission at the miss on, a zone busy by its runs but not read
+    // nearly whole (four of 64 extents touched) brings nothing up: the
+    // misses place their own data.
+    let mut adm = input(v.clone(), 10, 0);
+    adm.admission = true;
+    let p = plan(&cfg, &adm);
+    assert!(p.iter().all(|m| m.to == Tier::Hdd), "{p:?}");
     // Prefetch off.
     let off = PolicyConfig {
         zone_extents: 0,
@@ -471,6 +478,27 @@ fn a_zone_mostly_in_use_stays_busy_for_its_last_extents() {
             speculative: false
         }]
     );
+    // With admission at the miss on, a zone whose set is mostly up keeps
+    // to admission: its hole is not prefetched.
+    let mut adm = input(v.clone(), 10, 0);
+    adm.admission = true;
+    assert!(plan(&cfg, &adm).is_empty());
+    // A set arriving (the same zone read nearly whole, its extents still
+    // on the HDD) comes up in zone order, the untouched extent with it.
+    let mut arriving: Vec<Candidate> = (0..7).map(|e| touched(e, Tier::Hdd, 1.0, 1)).collect();
+    arriving.push(touched(7, Tier::Hdd, 0.0, 0));
+    for (k, x) in arriving.iter_mut().enumerate() {
+        x.slot = k as u32;
+    }
+    let mut adm = input(arriving, 10, 0);
+    adm.admission = true;
+    let up: Vec<u64> = plan(&cfg, &adm)
+        .iter()
+        .filter(|m| m.to == Tier::Ssd && m.reason == Reason::Near)
+        .map(|m| m.extent)
+        .collect();
+    assert_eq!(up.len(), 8, "{up:?}");
+    assert!(up.contains(&7));
     // Five in use of eight (under three quarters, one run): not busy.
     let mut few: Vec<Candidate> = (0..5).map(|e| touched(e, Tier::Ssd, 1.0, 1)).collect();
     few.push(touched(7, Tier::Hdd, 0.0, 0));
