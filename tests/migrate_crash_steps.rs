@@ -3,7 +3,9 @@
 //! (only synced data and flushed metadata survive): after reopening, every
 //! extent reads its latest acknowledged data, no slot is owned twice or
 //! leaked, and the move can be completed afterwards. The same for a batch
-//! whose neighbouring extents are copied with one merged read and write.
+//! whose neighbouring extents are copied with one merged read and write, and
+//! for a promotion read from the HDD in one read through a gap and written to
+//! SSD slots that do not continue each other.
 
 mod support;
 
@@ -183,5 +185,119 @@ fn batch_crash_after_each_step_as_a_process_kill() {
 fn batch_crash_after_each_step_as_a_power_cut() {
     for step in crash_steps() {
         run_batch(step, true);
+    }
+}
+
+/// A promotion batch read from the HDD in one read: extents 0, 1, 3 and 4
+/// sit in neighbouring HDD slots with extent 2's between them (read through
+/// and dropped), while their SSD destinations need not continue each other
+/// (each piece is written where it belongs). Interrupted after each step.
+fn run_gather(step: Option<MoveStep>, power_cut: bool) {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    for e in 0..5u64 {
+        vol.write(e * EXTENT, &pattern(30 + e, EXTENT as usize), false)
+            .expect("write");
+    }
+    vol.flush().expect("flush");
+    let down: Vec<(u64, Reason)> = (0..5).map(|e| (e, Reason::Manual)).collect();
+    tierd::migrate::migrate_batch(&vol, &down, Tier::Hdd, &mut |_| {}).expect("demote");
+    let hdd_slot = |v: &Volume, e: u64| v.loc_of(e).map(|l| (l.tier, l.slot));
+    let first = hdd_slot(&vol, 0).expect("mapped").1;
+    for e in 0..5u64 {
+        assert_eq!(
+            hdd_slot(&vol, e),
+            Some((Tier::Hdd, first + e as u32)),
+            "extent {e}"
+        );
+    }
+    // New data takes SSD slots among those the demoted extents left, and
+    // the middle one leaves again: the free SSD slots have a hole.
+    for e in [6u64, 7, 8] {
+        vol.write(e * EXTENT, &pattern(40 + e, EXTENT as usize), false)
+            .expect("write new");
+    }
+    assert!(matches!(migrate(&vol, 7, Tier::Hdd), MoveOutcome::Moved(_)));
+    vol.flush().expect("flush");
+    let up: Vec<(u64, Reason)> = [0u64, 1, 3, 4].iter().map(|&e| (e, Reason::Near)).collect();
+    let reads = |v: &Volume| tierd::volume::Stats::get(&v.stats().dev_reads[Tier::Hdd.index()]);
+    let before = reads(&vol);
+    if let Some(s) = step {
+        tierd::migrate::arm_crash_after(s);
+    }
+    let out = tierd::migrate::migrate_batch(&vol, &up, Tier::Ssd, &mut |_| {}).expect("promote");
+    for (_, o) in &out {
+        match step {
+            Some(s) => assert_eq!(*o, MoveOutcome::Stopped(s)),
+            None => assert!(matches!(o, MoveOutcome::Moved(_)), "{o:?}"),
+        }
+    }
+    if step != Some(MoveStep::Allocated) {
+        assert_eq!(
+            reads(&vol) - before,
+            1,
+            "{step:?}: not one read through the gap"
+        );
+    }
+    if step.is_none() {
+        let dst: Vec<u32> = [0u64, 1, 3, 4]
+            .iter()
+            .map(|&e| vol.loc_of(e).expect("mapped").slot)
+            .collect();
+        assert!(
+            dst.windows(2).any(|w| w[1] != w[0] + 1),
+            "the destinations continue each other ({dst:?}): the test shows no gather"
+        );
+    }
+    drop(vol);
+    if power_cut {
+        bed.power_cut();
+    }
+    let check = |vol: &Volume| {
+        let mut buf = vec![0u8; EXTENT as usize];
+        for e in 0..5u64 {
+            vol.read(e * EXTENT, &mut buf).expect("read");
+            assert!(
+                buf == pattern(30 + e, EXTENT as usize),
+                "{step:?}/{power_cut}: extent {e} differs"
+            );
+        }
+        for e in [6u64, 7, 8] {
+            vol.read(e * EXTENT, &mut buf).expect("read new");
+            assert!(
+                buf == pattern(40 + e, EXTENT as usize),
+                "{step:?}/{power_cut}: extent {e} differs"
+            );
+        }
+        assert_accounting(vol, 24);
+    };
+    let vol = bed.open();
+    check(&vol);
+    // Finished after the restart, every extent of the batch is on the SSD.
+    for (e, o) in tierd::migrate::migrate_batch(&vol, &up, Tier::Ssd, &mut |_| {}).expect("again") {
+        assert!(
+            matches!(o, MoveOutcome::Moved(_) | MoveOutcome::Skipped),
+            "{o:?}"
+        );
+        assert_eq!(tier_of(&vol, e), Some(Tier::Ssd));
+    }
+    check(&vol);
+    vol.flush().expect("flush");
+    drop(vol);
+    bed.power_cut();
+    check(&bed.open());
+}
+
+#[test]
+fn gathered_promotion_crash_after_each_step_as_a_process_kill() {
+    for step in crash_steps() {
+        run_gather(step, false);
+    }
+}
+
+#[test]
+fn gathered_promotion_crash_after_each_step_as_a_power_cut() {
+    for step in crash_steps() {
+        run_gather(step, true);
     }
 }
