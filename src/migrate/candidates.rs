@@ -14,6 +14,8 @@
 //! for operator requests that want them all (`tierctl top`, draining the
 //! HDD).
 
+use std::collections::HashSet;
+
 use super::policy::{Candidate, PolicyConfig};
 use super::zones::Zones;
 use crate::heat::{ExtentHeat, HeatMap};
@@ -91,7 +93,7 @@ pub fn candidates(vol: &Volume, heat: &HeatMap, policy: Option<&PolicyConfig>) -
     if let Some(cfg) = policy.filter(|c| c.zone_extents > 0) {
         // The zones follow from the touched extents alone, all of which are
         // in by now; the untouched extents of the busy ones join them.
-        let zones = Zones::find(cfg, &out);
+        let zones = Zones::find(cfg, &out, &HashSet::new());
         let more: Vec<Candidate> = zones
             .busy_extents(extents)
             .filter(|e| out.binary_search_by_key(e, |c| c.extent).is_err())
@@ -177,6 +179,7 @@ mod tests {
             protect: 0,
             shadows: true,
             admission,
+            following: HashSet::new(),
         }
     }
 

@@ -215,6 +215,9 @@ pub struct PlanInput {
     /// Admission at the miss is on (`migrate::admit`): no promotions for
     /// heat (rule 3) and no prefetch (rule 4).
     pub admission: bool,
+    /// Zones an earlier round found a working set arriving in (rule 4
+    /// follows each through; [`Zones::find`]).
+    pub following: HashSet<u64>,
 }
 
 /// Effective heat: score weighted by how densely the extent is used.
@@ -387,7 +390,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     // seek, where a prefetch reads the zone in order; a zone whose set is
     // mostly up keeps to admission (its holes are read less than misses).
     if cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
-        let zones = Zones::find(cfg, &input.candidates);
+        let zones = Zones::find(cfg, &input.candidates, &input.following);
         let wanted = |e: u64| {
             if input.admission {
                 zones.is_arriving(e)

@@ -29,6 +29,7 @@ use super::candidates::candidates;
 use super::knobs::MigrateConfig;
 use super::pay::Allowance;
 use super::policy::{plan, PlanInput};
+use super::zones::Zones;
 use crate::device::IoClass;
 use crate::heat::HeatMap;
 use crate::units::Reason;
@@ -175,6 +176,8 @@ pub struct Migrator {
     /// look but whose mapping came after it is found then): idle rounds
     /// cost next to nothing.
     preclean_none: Mutex<Option<(u64, Duration)>>,
+    /// Zones a working set was found arriving in (`PlanInput::following`).
+    following: Mutex<std::collections::HashSet<u64>>,
     /// SSD extents the last look found without an HDD copy, coldest first,
     /// and when it looked: later rounds take their batches from it until
     /// it is used up or [`PRECLEAN_LIST_AGE`] old, so the look's walk of
@@ -283,6 +286,7 @@ impl Migrator {
             panics: AtomicU64::new(0),
             progress: Progress::default(),
             preclean_none: Mutex::new(None),
+            following: Mutex::new(std::collections::HashSet::new()),
             preclean_list: Mutex::new((std::collections::VecDeque::new(), Duration::ZERO)),
             write_back_group: std::sync::atomic::AtomicUsize::new(SPECULATIVE_BATCH),
             pressed_end: Mutex::new(None),
@@ -492,8 +496,14 @@ impl Migrator {
             // slots than the reserve (see `Volume::migrate_batch`).
             shadows: vol.shadows_enabled() && hdd_free > 2 * spare,
             admission: admitting,
+            following: std::mem::take(&mut *self.following.lock()),
         };
         let moves = plan(&cfg.policy, &input);
+        // The arrivals this round saw, followed through in the next.
+        if admitting && cfg.policy.zone_extents > 0 {
+            let zones = Zones::find(&cfg.policy, &input.candidates, &input.following);
+            *self.following.lock() = zones.arriving().clone();
+        }
         report.planned = moves.len();
         report.truncated = moves.len() >= cfg.policy.max_moves;
         let p = &self.progress;
@@ -691,9 +701,14 @@ impl Migrator {
         if !self.paused() {
             self.write_back(&cfg, &mut report);
         }
-        // Idle: no foreground read or write since the last round.
+        // Quiet: no foreground write since the last round, and no read
+        // either or none on the HDD (`hdd_free_of_users`): reads served by
+        // the SSD alone leave the HDD's time to the copies (a set read
+        // from flash since it was written never got them, and each of its
+        // later evictions wrote it down beside the users' misses).
         let reads = read_count(vol);
-        let quiet = self.last_reads.swap(reads, Ordering::Relaxed) == reads && write_rate < 1.0;
+        let no_reads = self.last_reads.swap(reads, Ordering::Relaxed) == reads;
+        let quiet = (no_reads || self.hdd_free_of_users(&cfg)) && write_rate < 1.0;
         if !self.paused() && quiet && report.moved + report.written_back + report.covered == 0 {
             self.preclean(&cfg, &mut report);
         }

@@ -27,14 +27,23 @@ pub struct Zones {
     busy: HashSet<u64>,
     /// Zones three quarters of whose extents were touched, one within
     /// `idle-after`, at least half of the touched ones on the HDD: read
-    /// nearly whole, and mostly not yet on the SSD.
+    /// nearly whole, and mostly not yet on the SSD. A zone found arriving
+    /// stays so while any touched extent of it is on the HDD (see
+    /// [`Zones::find`]'s `following`).
     arriving: HashSet<u64>,
 }
 
 impl Zones {
     /// The zones of `candidates` (only those with coverage or in use
-    /// count), with `cfg`'s zone size (not 0) and threshold.
-    pub fn find(cfg: &PolicyConfig, candidates: &[Candidate]) -> Zones {
+    /// count), with `cfg`'s zone size (not 0) and threshold. `following`:
+    /// the zones an earlier round found arriving; each stays arriving,
+    /// though most of what was read in it is up by now, while it is still
+    /// read nearly whole and in use, and any touched extent of it is still
+    /// on the HDD. An arrival seen is followed through: the prefetch that
+    /// brought half of a working set up in zone order brings the rest up
+    /// the same way, where admission at the miss would bring each
+    /// remaining extent up on its own, paced, a read and a seek apiece.
+    pub fn find(cfg: &PolicyConfig, candidates: &[Candidate], following: &HashSet<u64>) -> Zones {
         let z = u64::from(cfg.zone_extents.max(1));
         // Activity of a zone: separate runs of recently touched extents. A
         // sequential stream's first few MiB (which earn heat before the
@@ -87,7 +96,8 @@ impl Zones {
             if u64::from(*n) * 4 >= z * 3 {
                 let runs = active.entry(*zone).or_default();
                 *runs = (*runs).max(cfg.zone_min_active.max(1));
-                if on_hdd.get(zone).copied().unwrap_or(0) * 2 >= *n {
+                let hdd = on_hdd.get(zone).copied().unwrap_or(0);
+                if hdd * 2 >= *n || (hdd > 0 && following.contains(zone)) {
                     arriving.insert(*zone);
                 }
             }
@@ -150,6 +160,12 @@ impl Zones {
     /// (such a zone is busy too).
     pub fn is_arriving(&self, extent: u64) -> bool {
         self.arriving.contains(&(extent / self.z))
+    }
+
+    /// The zones a working set is arriving in (for the next round's
+    /// `following`).
+    pub fn arriving(&self) -> &HashSet<u64> {
+        &self.arriving
     }
 
     /// The extents of the busy zones, zone by zone in order, up to `end`

@@ -27,6 +27,7 @@ fn input(candidates: Vec<Candidate>, ssd_free: u64, reserve: u64) -> PlanInput {
         protect: 0,
         shadows: false,
         admission: false,
+        following: HashSet::new(),
     }
 }
 
@@ -499,6 +500,33 @@ fn a_zone_mostly_in_use_stays_busy_for_its_last_extents() {
         .collect();
     assert_eq!(up.len(), 8, "{up:?}");
     assert!(up.contains(&7));
+    // A zone found arriving in an earlier round is followed through: most
+    // of what was read is up by now (five of seven), two touched extents
+    // and the untouched one are still on the HDD. Unfollowed, admission
+    // brings them up one by one; followed, they come up together.
+    let mut half: Vec<Candidate> = (0..7)
+        .map(|e| touched(e, if e < 5 { Tier::Ssd } else { Tier::Hdd }, 1.0, 1))
+        .collect();
+    half.push(touched(7, Tier::Hdd, 0.0, 0));
+    for (k, x) in half.iter_mut().enumerate() {
+        x.slot = k as u32;
+    }
+    let mut adm = input(half.clone(), 10, 0);
+    adm.admission = true;
+    assert!(plan(&cfg, &adm).is_empty());
+    adm.following = HashSet::from([0]);
+    let up: Vec<u64> = plan(&cfg, &adm)
+        .iter()
+        .filter(|m| m.to == Tier::Ssd && m.reason == Reason::Near)
+        .map(|m| m.extent)
+        .collect();
+    assert_eq!(up, vec![5, 6, 7]);
+    // Once every touched extent is up, the zone is no longer followed.
+    for x in half.iter_mut().take(7) {
+        x.tier = Tier::Ssd;
+    }
+    let zones = Zones::find(&cfg, &half, &HashSet::from([0]));
+    assert!(zones.arriving().is_empty());
     // Five in use of eight (under three quarters, one run): not busy.
     let mut few: Vec<Candidate> = (0..5).map(|e| touched(e, Tier::Ssd, 1.0, 1)).collect();
     few.push(touched(7, Tier::Hdd, 0.0, 0));

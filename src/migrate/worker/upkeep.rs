@@ -225,8 +225,9 @@ impl Migrator {
         }
     }
 
-    /// Pre-cleaning: while the foreground is idle and nothing else moved
-    /// this round, give the coldest SSD extents that have no HDD copy one
+    /// Pre-cleaning: while the HDD has no user (reads the SSD serves alone
+    /// do not count), no write arrives and nothing else moved this round,
+    /// give the coldest SSD extents that have no HDD copy one
     /// (a clean shadow), batch after batch for up to a round's interval
     /// (and [`PRECLEAN_BATCHES`]), paced by the migration bucket; so the reserve later refills by dropping clean copies
     /// instead of writing them (bcache's idle writeback does the same for
@@ -251,7 +252,7 @@ impl Migrator {
     /// HDD is not free for it.
     fn preclean_batch(&self, cfg: &MigrateConfig, report: &mut RoundReport) -> bool {
         let vol = &self.vol;
-        if vol.inflight() > 0 || vol.log_usage().used > 0 || !self.hdd_free_of_users(cfg) {
+        if vol.log_usage().used > 0 || !self.hdd_free_of_users(cfg) {
             return false;
         }
         // The volume gives no copy with shadows off, or when the HDD has no
