@@ -229,6 +229,18 @@ pub fn effective(cfg: &PolicyConfig, c: &Candidate, blocks_per_extent: u32) -> f
 /// Plan the moves of one round (see the module docs for the rules and the
 /// order).
 pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
+    plan_round(cfg, input).0
+}
+
+/// [`plan`], and the zones a working set is arriving in (the next round's
+/// [`PlanInput::following`]): those rule 4 found, or, in a round that had
+/// no room to look, the ones it was following still.
+pub fn plan_round(cfg: &PolicyConfig, input: &PlanInput) -> (Vec<Move>, HashSet<u64>) {
+    let mut arrivals = if cfg.zone_extents > 0 {
+        input.following.clone()
+    } else {
+        HashSet::new()
+    };
     let bpe = input.blocks_per_extent;
     let eff = |c: &Candidate| effective(cfg, c, bpe);
     let mut head = Vec::new();
@@ -391,6 +403,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
     // mostly up keeps to admission (its holes are read less than misses).
     if cfg.zone_extents > 0 && room(&promote, &demote) > 0 {
         let zones = Zones::find(cfg, &input.candidates, &input.following);
+        arrivals = zones.arriving().clone();
         let wanted = |e: u64| {
             if input.admission {
                 zones.is_arriving(e)
@@ -519,7 +532,7 @@ pub fn plan(cfg: &PolicyConfig, input: &PlanInput) -> Vec<Move> {
         });
         free += 1;
     }
-    moves
+    (moves, arrivals)
 }
 
 #[cfg(test)]

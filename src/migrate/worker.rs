@@ -28,8 +28,7 @@ use super::bucket::TokenBucket;
 use super::candidates::candidates;
 use super::knobs::MigrateConfig;
 use super::pay::Allowance;
-use super::policy::{plan, PlanInput};
-use super::zones::Zones;
+use super::policy::{plan_round, PlanInput};
 use crate::device::IoClass;
 use crate::heat::HeatMap;
 use crate::units::Reason;
@@ -498,11 +497,11 @@ impl Migrator {
             admission: admitting,
             following: std::mem::take(&mut *self.following.lock()),
         };
-        let moves = plan(&cfg.policy, &input);
-        // The arrivals this round saw, followed through in the next.
-        if admitting && cfg.policy.zone_extents > 0 {
-            let zones = Zones::find(&cfg.policy, &input.candidates, &input.following);
-            *self.following.lock() = zones.arriving().clone();
+        let (moves, arrivals) = plan_round(&cfg.policy, &input);
+        // The arrivals this round saw, followed through in the next (only
+        // while admission is on: without it every busy zone is prefetched).
+        if admitting {
+            *self.following.lock() = arrivals;
         }
         report.planned = moves.len();
         report.truncated = moves.len() >= cfg.policy.max_moves;

@@ -521,6 +521,8 @@ fn a_zone_mostly_in_use_stays_busy_for_its_last_extents() {
         .map(|m| m.extent)
         .collect();
     assert_eq!(up, vec![5, 6, 7]);
+    // The round hands the zone on to the next as still arriving.
+    assert_eq!(plan_round(&cfg, &adm).1, HashSet::from([0]));
     // Once every touched extent is up, the zone is no longer followed.
     for x in half.iter_mut().take(7) {
         x.tier = Tier::Ssd;
