@@ -161,8 +161,6 @@ pub struct Migrator {
     paused: AtomicBool,
     /// Foreground bytes written at the last round and when.
     last_written: Mutex<(u64, Duration)>,
-    /// Foreground reads at the last round ([`read_count`]).
-    last_reads: AtomicU64,
     rounds: AtomicU64,
     panics: AtomicU64,
     /// Backlog and throttle counters ([`Migrator::progress`]).
@@ -234,13 +232,6 @@ impl MigratorHandle {
     }
 }
 
-/// Bytes the foreground wrote to the devices (migration copies excluded).
-/// Foreground reads so far (the idle test of pre-cleaning).
-fn read_count(vol: &Volume) -> u64 {
-    let s = vol.stats();
-    Stats::get(&s.read_hits[0]) + Stats::get(&s.read_hits[1]) + Stats::get(&s.read_unmapped)
-}
-
 /// Writes to the SSD (any: foreground, the write log, copies) plus shadows
 /// dropped: what can give the SSD an extent with data and no HDD copy.
 fn ssd_changes(vol: &Volume) -> u64 {
@@ -248,6 +239,7 @@ fn ssd_changes(vol: &Volume) -> u64 {
     Stats::get(&s.dev_writes[Tier::Ssd.index()]).wrapping_add(Stats::get(&s.shadows_dropped))
 }
 
+/// Bytes the foreground wrote to the devices (migration copies excluded).
 fn written_bytes(vol: &Volume) -> u64 {
     let s = vol.stats();
     let dev = Stats::get(&s.dev_write_bytes[0]) + Stats::get(&s.dev_write_bytes[1]);
@@ -264,7 +256,6 @@ impl Migrator {
         // A merged copy takes its tokens at once.
         let burst = vol.geometry().extent_size.max(crate::volume::MERGE_MAX);
         let written = written_bytes(&vol);
-        let reads = read_count(&vol);
         Migrator {
             bucket: Mutex::new(TokenBucket::new(
                 migration_budget(cfg.bandwidth.0, vol.hdd_link().as_ref()),
@@ -280,7 +271,6 @@ impl Migrator {
             cfg: Mutex::new(cfg),
             paused: AtomicBool::new(false),
             last_written: Mutex::new((written, now)),
-            last_reads: AtomicU64::new(reads),
             rounds: AtomicU64::new(0),
             panics: AtomicU64::new(0),
             progress: Progress::default(),
@@ -700,14 +690,12 @@ impl Migrator {
         if !self.paused() {
             self.write_back(&cfg, &mut report);
         }
-        // Quiet: no foreground write since the last round, and no read
-        // either or none on the HDD (`hdd_free_of_users`): reads served by
-        // the SSD alone leave the HDD's time to the copies (a set read
-        // from flash since it was written never got them, and each of its
-        // later evictions wrote it down beside the users' misses).
-        let reads = read_count(vol);
-        let no_reads = self.last_reads.swap(reads, Ordering::Relaxed) == reads;
-        let quiet = (no_reads || self.hdd_free_of_users(&cfg)) && write_rate < 1.0;
+        // Pre-cleaning while no write arrives; each batch also waits for
+        // the HDD to be free of users (`preclean_batch`). Reads the SSD
+        // serves alone do not hold it: a set read from flash since it was
+        // written never got its copies, and each of its later evictions
+        // wrote it down beside the users' misses.
+        let quiet = write_rate < 1.0;
         if !self.paused() && quiet && report.moved + report.written_back + report.covered == 0 {
             self.preclean(&cfg, &mut report);
         }
