@@ -387,7 +387,16 @@ async fn disc_answers_in_flight_requests_first(threads: usize) {
 }
 
 async fn shutdown_finishes_in_flight_requests(threads: usize) {
-    let srv = start_on(threads).await;
+    // A loopback address of its own: the port freed at the end cannot be
+    // taken by another test's 127.0.0.1:0 listener, which would accept the
+    // final connect and make "no longer accepting" fail for no fault here.
+    let bind = format!("127.83.{}.1:0", threads % 250);
+    let srv = start_at(
+        &bind,
+        Arc::new(TestExport::new()),
+        ServerOptions { threads, ..opts() },
+    )
+    .await;
     let mut c = Client::ready(srv.addr, false).await;
     // A second client still in the handshake is simply dropped.
     let mut idle = Client::greet(srv.addr, 3).await;

@@ -200,7 +200,12 @@ pub fn opts() -> ServerOptions {
 }
 
 pub async fn start_with(export: Arc<dyn Export>, options: ServerOptions) -> Running {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_at("127.0.0.1:0", export, options).await
+}
+
+/// Serve on `bind` (an address with port 0 for a free port).
+pub async fn start_at(bind: &str, export: Arc<dyn Export>, options: ServerOptions) -> Running {
+    let listener = TcpListener::bind(bind).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
     let server = Server::new(export, options);
