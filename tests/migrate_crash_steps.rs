@@ -5,7 +5,9 @@
 //! leaked, and the move can be completed afterwards. The same for a batch
 //! whose neighbouring extents are copied with one merged read and write, and
 //! for a promotion read from the HDD in one read through a gap and written to
-//! SSD slots that do not continue each other.
+//! SSD slots that do not continue each other, for a demotion from SSD
+//! slots that do not continue each other written to the HDD in one write,
+//! and for a demotion of extents into neighbouring shadows in one write.
 
 mod support;
 
@@ -290,5 +292,161 @@ fn gathered_promotion_crash_after_each_step_as_a_process_kill() {
 fn gathered_promotion_crash_after_each_step_as_a_power_cut() {
     for step in crash_steps() {
         run_gather(step, true);
+    }
+}
+
+/// A demotion batch whose SSD sources do not continue each other (extents
+/// 0, 2 and 4 of six in neighbouring SSD slots) into HDD slots that do: one
+/// HDD write for the three. Interrupted after each step.
+fn run_scatter(step: Option<MoveStep>, power_cut: bool) {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    for e in 0..6u64 {
+        vol.write(e * EXTENT, &pattern(50 + e, EXTENT as usize), false)
+            .expect("write");
+    }
+    vol.flush().expect("flush");
+    let down: Vec<(u64, Reason)> = [0u64, 2, 4].iter().map(|&e| (e, Reason::Idle)).collect();
+    let writes = |v: &Volume| tierd::volume::Stats::get(&v.stats().dev_writes[Tier::Hdd.index()]);
+    let before = writes(&vol);
+    if let Some(s) = step {
+        tierd::migrate::arm_crash_after(s);
+    }
+    let out = tierd::migrate::migrate_batch(&vol, &down, Tier::Hdd, &mut |_| {}).expect("demote");
+    for (_, o) in &out {
+        match step {
+            Some(s) => assert_eq!(*o, MoveOutcome::Stopped(s)),
+            None => assert!(matches!(o, MoveOutcome::Moved(_)), "{o:?}"),
+        }
+    }
+    if step != Some(MoveStep::Allocated) {
+        assert_eq!(writes(&vol) - before, 1, "{step:?}: not one HDD write");
+    }
+    if step.is_none() {
+        let dst: Vec<u32> = [0u64, 2, 4]
+            .iter()
+            .map(|&e| vol.loc_of(e).expect("mapped").slot)
+            .collect();
+        assert!(dst.windows(2).all(|w| w[1] == w[0] + 1), "{dst:?}");
+    }
+    drop(vol);
+    if power_cut {
+        bed.power_cut();
+    }
+    let check = |vol: &Volume| {
+        let mut buf = vec![0u8; EXTENT as usize];
+        for e in 0..6u64 {
+            vol.read(e * EXTENT, &mut buf).expect("read");
+            assert!(
+                buf == pattern(50 + e, EXTENT as usize),
+                "{step:?}/{power_cut}: extent {e} differs"
+            );
+        }
+        assert_accounting(vol, 24);
+    };
+    let vol = bed.open();
+    check(&vol);
+    finish(&bed, vol, Tier::Hdd, &check, &|vol| {
+        tierd::migrate::migrate_batch(vol, &down, Tier::Hdd, &mut |_| {}).expect("demote again")
+    });
+}
+
+#[test]
+fn scattered_demotion_crash_after_each_step_as_a_process_kill() {
+    for step in crash_steps() {
+        run_scatter(step, false);
+    }
+}
+
+#[test]
+fn scattered_demotion_crash_after_each_step_as_a_power_cut() {
+    for step in crash_steps() {
+        run_scatter(step, true);
+    }
+}
+
+/// A demotion batch of four SSD extents whose shadows neighbour each other,
+/// each with a stale block: their copies into the shadows go in one HDD
+/// write (each extent's stale block with the clean rest of it). Interrupted
+/// after each step; an unclean stop drops the shadows, so finishing copies
+/// the extents whole to new slots.
+fn run_shadow_group(step: Option<MoveStep>, power_cut: bool) {
+    let bed = Bed::new(8, 16, 2);
+    let vol = bed.open();
+    let all: Vec<(u64, Reason)> = (0..4u64).map(|e| (e, Reason::Manual)).collect();
+    let mut model = vec![0u8; 4 * EXTENT as usize];
+    for e in 0..4u64 {
+        let data = pattern(60 + e, EXTENT as usize);
+        vol.write(e * EXTENT, &data, false).expect("write");
+        model[(e * EXTENT) as usize..((e + 1) * EXTENT) as usize].copy_from_slice(&data);
+    }
+    // Down (into new HDD slots, in order) and up again: shadows.
+    for to in [Tier::Hdd, Tier::Ssd] {
+        let out = tierd::migrate::migrate_batch(&vol, &all, to, &mut |_| {}).expect("move");
+        assert!(
+            out.iter().all(|(_, o)| matches!(o, MoveOutcome::Moved(_))),
+            "{out:?}"
+        );
+    }
+    let shadows: Vec<u32> = (0..4u64)
+        .map(|e| {
+            vol.mapping(e)
+                .expect("mapped")
+                .shadow
+                .expect("a shadow")
+                .slot
+        })
+        .collect();
+    assert!(shadows.windows(2).all(|w| w[1] == w[0] + 1), "{shadows:?}");
+    for e in 0..4u64 {
+        let at = e * EXTENT + (e + 3) * 4096;
+        let data = pattern(70 + e, 4096);
+        vol.write(at, &data, false).expect("write a stale block");
+        model[at as usize..at as usize + 4096].copy_from_slice(&data);
+    }
+    vol.flush().expect("flush");
+    let writes = |v: &Volume| tierd::volume::Stats::get(&v.stats().dev_writes[Tier::Hdd.index()]);
+    let before = writes(&vol);
+    if let Some(s) = step {
+        tierd::migrate::arm_crash_after(s);
+    }
+    let out = tierd::migrate::migrate_batch(&vol, &all, Tier::Hdd, &mut |_| {}).expect("demote");
+    for (_, o) in &out {
+        match step {
+            Some(s) => assert_eq!(*o, MoveOutcome::Stopped(s)),
+            None => assert_eq!(*o, MoveOutcome::Moved(EXTENT)),
+        }
+    }
+    if step != Some(MoveStep::Allocated) {
+        assert_eq!(writes(&vol) - before, 1, "{step:?}: not one HDD write");
+    }
+    drop(vol);
+    if power_cut {
+        bed.power_cut();
+    }
+    let check = |vol: &Volume| {
+        let mut buf = vec![0u8; 4 * EXTENT as usize];
+        vol.read(0, &mut buf).expect("read");
+        assert!(buf == model, "{step:?}/{power_cut}: the extents differ");
+        assert_accounting(vol, 24);
+    };
+    let vol = bed.open();
+    check(&vol);
+    finish(&bed, vol, Tier::Hdd, &check, &|vol| {
+        tierd::migrate::migrate_batch(vol, &all, Tier::Hdd, &mut |_| {}).expect("demote again")
+    });
+}
+
+#[test]
+fn shadow_group_demotion_crash_after_each_step_as_a_process_kill() {
+    for step in crash_steps() {
+        run_shadow_group(step, false);
+    }
+}
+
+#[test]
+fn shadow_group_demotion_crash_after_each_step_as_a_power_cut() {
+    for step in crash_steps() {
+        run_shadow_group(step, true);
     }
 }

@@ -1,6 +1,7 @@
 //! Clean shadows: a promotion keeps the extent's HDD slot as a shadow while
 //! the HDD has room to spare; demoting an extent whose shadow is clean
-//! writes nothing to the HDD, and one with stale blocks writes those alone;
+//! writes nothing to the HDD, and one with stale blocks writes those (with
+//! the clean blocks around them where that saves a write);
 //! a clean close keeps the shadows, an unclean stop drops them at the next
 //! open (the SSD's data wins); and under HDD pressure shadows give way, so
 //! writes to new extents never fail while logical space remains.
@@ -166,14 +167,18 @@ fn demoting_an_extent_with_a_clean_shadow_writes_nothing_to_the_hdd() {
     power_cycle(&bed, vol, &model, "after a power cut", 24);
 }
 
+/// A demotion into a stale shadow writes each stretch of written blocks
+/// that holds a stale one whole, in one HDD write (a disk's write waits
+/// half a turn; a clean block costs only its transfer), and nothing of a
+/// stretch with no stale block.
 #[test]
-fn only_stale_blocks_are_written_when_demoting() {
+fn the_written_stretches_around_stale_blocks_are_written_when_demoting() {
     let bed = Bed::new(8, 16, 2);
     let vol = bed.open();
     let mut model = model_of(&vol);
     two_shadows(&vol, &mut model);
     // Extent 0: block 2 whole, then again in place (already stale), block
-    // 7 partly, block 13 trimmed.
+    // 7 partly, block 13 trimmed, block 15 whole.
     put(&vol, &mut model, at(0, 2), &pattern(3, BLK as usize));
     let hint = tierd::units::IoHint::default();
     let inline = pattern(4, 500);
@@ -186,23 +191,33 @@ fn only_stale_blocks_are_written_when_demoting() {
     vol.discard(at(0, 13), BLK, false, false, false)
         .expect("trim");
     model[at(0, 13) as usize..at(0, 14) as usize].fill(0);
+    put(&vol, &mut model, at(0, 15), &pattern(7, BLK as usize));
     // Extent 1: a block never written before (it has data only in 4..=9).
     put(&vol, &mut model, at(1, 12) + 1, &pattern(6, 10));
-    assert_eq!(stale_blocks(&vol, 0), vec![2, 7]);
+    assert_eq!(stale_blocks(&vol, 0), vec![2, 7, 15]);
     assert_eq!(stale_blocks(&vol, 1), vec![12]);
     let u = vol.usage();
     assert_eq!(
         (u.shadows, u.shadow_stale_blocks, u.shadow_clean_blocks),
-        (2, 3, 13 + 6),
+        (2, 4, 12 + 6),
         "{u:?}"
     );
     vol.flush().expect("flush");
     let hdd0 = dev_written(&vol, Tier::Hdd);
-    assert_eq!(migrate(&vol, 0, Tier::Hdd), MoveOutcome::Moved(2 * BLK));
+    let writes0 = Stats::get(&vol.stats().dev_writes[Tier::Hdd.index()]);
+    // Extent 0: blocks 0..=12 in one write (the stretch holding 2 and 7),
+    // 14..=15 in another (13 is not written since the trim); extent 1:
+    // block 12 alone (10 and 11 unwritten, 4..=9 clean).
+    assert_eq!(migrate(&vol, 0, Tier::Hdd), MoveOutcome::Moved(15 * BLK));
     assert_eq!(migrate(&vol, 1, Tier::Hdd), MoveOutcome::Moved(BLK));
-    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, 3 * BLK);
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, 16 * BLK);
+    assert_eq!(
+        Stats::get(&vol.stats().dev_writes[Tier::Hdd.index()]) - writes0,
+        3,
+        "one HDD write per stretch"
+    );
     assert_eq!(Stats::get(&vol.stats().free_demotions), 0);
-    assert_eq!(Stats::get(&vol.stats().shadow_saved_blocks), 13 + 6);
+    assert_eq!(Stats::get(&vol.stats().shadow_saved_blocks), 6);
     assert_reads(&vol, &model, "after demotions into stale shadows");
     for e in 0..2 {
         assert_home(&bed, &vol, &model, e, "stale demotion");
@@ -250,8 +265,10 @@ fn concurrent_writes_into_a_shadowed_extent_all_reach_the_hdd_when_it_leaves() {
     assert_reads(&vol, &model, "after the concurrent writes");
     vol.flush().expect("flush");
     let hdd0 = dev_written(&vol, Tier::Hdd);
-    assert_eq!(migrate(&vol, 0, Tier::Hdd), MoveOutcome::Moved(12 * BLK));
-    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, 12 * BLK);
+    // The stale blocks, and the clean rest of the extent with them (a
+    // 64 KiB extent is within what a copy rewrites to save a write).
+    assert_eq!(migrate(&vol, 0, Tier::Hdd), MoveOutcome::Moved(EXTENT));
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, EXTENT);
     assert_home(&bed, &vol, &model, 0, "after the demotion");
     assert_reads(&vol, &model, "after the demotion");
 }
@@ -284,9 +301,11 @@ fn a_clean_close_keeps_the_shadows() {
     assert_eq!(vol.usage().shadows, 2);
     assert_reads(&vol, &model, "after a clean close");
     let hdd0 = dev_written(&vol, Tier::Hdd);
-    assert_eq!(migrate(&vol, 0, Tier::Hdd), MoveOutcome::Moved(BLK));
+    // Extent 0 has a stale block: it goes in one write with the rest of
+    // its (64 KiB) extent; extent 1 is clean and leaves for free.
+    assert_eq!(migrate(&vol, 0, Tier::Hdd), MoveOutcome::Moved(EXTENT));
     assert_eq!(migrate(&vol, 1, Tier::Hdd), MoveOutcome::Moved(0));
-    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, BLK);
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, EXTENT);
     assert_reads(&vol, &model, "demoted after a clean close");
     assert_accounting(&vol, 24);
 }
@@ -602,14 +621,16 @@ fn cleaning_a_stale_shadow_keeps_the_extent_on_the_ssd_and_makes_leaving_free() 
     hdd_extent(&vol, &mut model, 0, 0, &pattern(1, EXTENT as usize));
     assert!(matches!(migrate(&vol, 0, Tier::Ssd), MoveOutcome::Moved(_)));
     put(&vol, &mut model, 4096, &pattern(2, 8192));
+    put(&vol, &mut model, 5 * 4096, &pattern(3, 4096));
     let blocks = vol.geometry().blocks_per_extent();
     assert!(!vol.mapping(0).expect("mapped").shadow_clean(blocks));
     let hdd0 = dev_written(&vol, Tier::Hdd);
     let out = tierd::migrate::clean_batch(&vol, &[(0, tierd::units::Reason::Reserve)], &mut |_| {})
         .expect("clean");
-    assert_eq!(out, vec![(0, MoveOutcome::Moved(8192))]);
-    // Only the two stale blocks went to the HDD; the extent stayed.
-    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, 8192);
+    // Blocks 1, 2 and 5 are stale: the extent's one stretch of written
+    // blocks goes whole, in one write; the extent stayed.
+    assert_eq!(out, vec![(0, MoveOutcome::Moved(EXTENT))]);
+    assert_eq!(dev_written(&vol, Tier::Hdd) - hdd0, EXTENT);
     let m = vol.mapping(0).expect("mapped");
     assert_eq!(m.loc.tier, Tier::Ssd);
     assert!(m.shadow_clean(blocks), "{m:?}");

@@ -87,11 +87,13 @@ fn new_data_on_the_ssd_is_exposed_until_a_clean_hdd_copy_covers_it() {
     put(&vol, &mut model, 3 * BLK, &pattern(4, 100));
     let e = exposure(&vol);
     assert_eq!((e.bytes, e.oldest), (EXTENT + BLK, secs(14)), "{e:?}");
-    // The copy brought up to date (a refresh) covers it again.
+    // The copy brought up to date (a refresh) covers it again (the stale
+    // block written with the clean ones of its stretch of written blocks,
+    // in one write).
     vol.flush().expect("flush");
     bed.clock.advance(Duration::from_secs(1));
     let out = clean_batch(&vol, &[(0, Reason::Manual)], &mut |_| {}).expect("refresh");
-    assert_eq!(out, vec![(0, MoveOutcome::Moved(BLK))]);
+    assert_eq!(out, vec![(0, MoveOutcome::Moved(3 * BLK))]);
     assert_eq!(
         (exposure(&vol).bytes, exposure(&vol).oldest),
         (EXTENT, secs(15))

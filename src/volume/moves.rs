@@ -41,6 +41,9 @@ use super::{Volume, VolumeError, VolumeResult};
 use crate::units::Reason;
 
 mod copying;
+mod rewrite;
+
+use rewrite::through_clean_gaps;
 
 /// Bytes copied per device I/O during a migration.
 const COPY_CHUNK: u64 = 1 << 20;
@@ -410,7 +413,16 @@ impl Volume {
                 need,
             ));
         }
-        items.sort_by_key(|(i, _)| (i.before.loc.slot, i.extent));
+        // In source order; copies into shadows in their order, after the
+        // others: the HDD side is what streams (neighbouring shadows are
+        // written in one write, `Volume::copy_items`).
+        items.sort_by_key(|(i, _)| {
+            let into_shadow = matches!(goal, Goal::Hdd | Goal::Refresh);
+            match &i.before.shadow {
+                Some(s) if into_shadow => (1, s.slot, i.extent),
+                _ => (0, i.before.loc.slot, i.extent),
+            }
+        });
         // New slots, ascending for ascending sources: both devices stream.
         let wanted = items
             .iter()
@@ -548,17 +560,19 @@ impl Volume {
                 it.after = after;
             }
             Goal::Hdd => {
-                // Into the shadow: only the stale blocks are written.
+                // Into the shadow: the stale blocks are written, and the
+                // clean ones beside them (see `through_clean_gaps`).
                 let Some(s) = &m.shadow else { return };
                 let home = Loc {
                     tier: Tier::Hdd,
                     slot: s.slot,
                 };
+                let copy = through_clean_gaps(m, s, blocks);
                 for b in 0..blocks {
                     if !m.written.get(b) {
                         continue;
                     }
-                    if s.stale.get(b) {
+                    if copy[b as usize] {
                         push_run(
                             &mut runs,
                             BLOCK_SIZE,
@@ -579,7 +593,8 @@ impl Volume {
                 // Into the shadow, in place: the stale blocks written there,
                 // the shadow clean after the commit.
                 let Some(s) = &m.shadow else { return };
-                let pick = |b| s.stale.get(b) && m.written.get(b);
+                let copy = through_clean_gaps(m, s, blocks);
+                let pick = |b: u32| copy[b as usize];
                 it.after = self.clean_shadow_runs(m, s.slot, pick, &mut runs);
             }
             Goal::WriteBack => {

@@ -121,16 +121,17 @@ impl Volume {
         Ok(n)
     }
 
-    /// Copy every item's runs; runs that continue each other on the source
-    /// device (neighbouring slots, neighbouring blocks) go as one read of up
-    /// to [`MERGE_MAX`] bytes, written where each belongs (one write where
-    /// the destinations continue each other too). The source is what a
-    /// merge saves: a promotion's HDD reads wait behind the users' queued
-    /// reads and pay a seek each, while its SSD writes cost little wherever
-    /// they land; the free SSD slots a promotion fills are scattered once
-    /// the slots of demoted extents are reused, so a merge that needed both
-    /// sides contiguous read 1.2 MiB per HDD read for a moved working set
-    /// (benchmarks/daemon-shift.sh, 685 reads for 811 MiB).
+    /// Copy every item's runs; runs that continue each other on either
+    /// device (neighbouring slots, neighbouring blocks) are merged, up to
+    /// [`MERGE_MAX`] bytes: read in one read where their sources continue
+    /// each other, written in one write where their destinations do. The
+    /// HDD's side is what a merge saves: each HDD request waits behind the
+    /// users' queued ones and pays a seek, where flash costs little wherever
+    /// the other side lands. A merge that needed both sides contiguous read
+    /// a moved working set 1.2 MiB per HDD read (the free SSD slots it
+    /// filled were scattered; benchmarks/daemon-shift.sh, 685 reads for
+    /// 811 MiB). Copies into shadows merge with each other the same way
+    /// ([`Volume::copy_shadow_group`]).
     pub(super) fn copy_items(
         &self,
         items: &[Item],
@@ -139,75 +140,207 @@ impl Volume {
     ) -> VolumeResult<()> {
         let mut cur: Option<Gather> = None;
         let mut buf = Vec::new();
-        let go = |g: Gather, buf: &mut Vec<u8>, pace: &mut dyn FnMut(u64)| -> VolumeResult<()> {
-            pace(g.len);
-            buf.resize(g.len as usize, 0);
-            self.copy_gather(&g, buf, pace)
-        };
         let mut nop = |_: u64| {};
-        for (k, it) in items.iter().enumerate() {
-            let _held = if it.in_place {
-                if let Some(c) = cur.take() {
-                    go(c, &mut buf, &mut *pace)?;
-                }
-                // Paced before the lock, never under it: a pacing wait
-                // under the extent's read lock would hold its writers for
-                // the wait (on the virtual clock, forever: the blocked
-                // writer keeps the turn the wait needs).
-                // The bucket caps the bytes copied from tier to tier: a
-                // span write-back copies its logged blocks, as writing them
-                // one by one would; re-reading and re-writing the HDD
-                // around them is how it writes them (one seek and two
-                // streaming transfers where the blocks would cost a seek
-                // each), not more copying. Charged the span's length, the
-                // cheaper way was paced up to 32 times as hard: a full
-                // volume's log drained at a tenth of the cap on an idle
-                // HDD (benchmarks/daemon-log-drain.sh).
-                let span = it.before.logged.len() >= SPAN_MIN;
-                pace(it.runs.iter().map(|r| r.len).sum());
-                let guard = self.map.at(it.extent).read();
-                if guard.as_ref() != Some(&it.before) {
-                    // Changed since the snapshot: its commit will see it.
-                    continue;
-                }
-                if span {
-                    copied[k] += self.span_write_back(&it.before, &mut buf, &mut nop)?;
-                    continue;
-                }
-                Some(guard)
-            } else {
-                None
-            };
-            let pace: &mut dyn FnMut(u64) = if it.in_place { &mut nop } else { &mut *pace };
-            for r in &it.runs {
-                copied[k] += r.len;
-                match cur.as_mut() {
-                    Some(c)
-                        if c.from == r.from
-                            && c.to == r.to
-                            && r.src >= c.src + c.len
-                            && r.src - (c.src + c.len) <= read_through(r.from)
-                            && r.src + r.len - c.src <= MERGE_MAX =>
-                    {
-                        c.push(r.src, r.dst, r.len);
+        // Flash-to-flash runs of promotions (blocks from the write log),
+        // copied after every other run: between a promotion's runs from
+        // the HDD they would end each merged HDD read, so an extent with a
+        // few logged blocks was read from the HDD in as many pieces (a
+        // 70/30 working set's new extents, benchmarks/daemon-shift.sh).
+        // After is also where they belong: a block logged in part has its
+        // sectors from the log laid over what the HDD slot gave.
+        let mut late: Vec<CopyRun> = Vec::new();
+        let mut k = 0;
+        while k < items.len() {
+            let it = &items[k];
+            if !it.in_place {
+                for r in &it.runs {
+                    copied[k] += r.len;
+                    if r.from == Tier::Ssd && r.to == Tier::Ssd {
+                        late.push(*r);
+                        continue;
                     }
+                    match cur.as_mut() {
+                        Some(c) if c.takes(r) => c.push(r),
+                        _ => {
+                            if let Some(c) = cur.replace(Gather::of(r)) {
+                                self.run_gather(c, &mut buf, &mut *pace)?;
+                            }
+                        }
+                    }
+                }
+                k += 1;
+                continue;
+            }
+            if let Some(c) = cur.take() {
+                self.run_gather(c, &mut buf, &mut *pace)?;
+            }
+            if it.before.loc.tier == Tier::Ssd {
+                k = self.copy_shadow_group(items, k, copied, &mut buf, &mut *pace)?;
+                continue;
+            }
+            // A write-back into the extent's own HDD slot.
+            // Paced before the lock, never under it: a pacing wait
+            // under the extent's read lock would hold its writers for
+            // the wait (on the virtual clock, forever: the blocked
+            // writer keeps the turn the wait needs).
+            // The bucket caps the bytes copied from tier to tier: a
+            // span write-back copies its logged blocks, as writing them
+            // one by one would; re-reading and re-writing the HDD
+            // around them is how it writes them (one seek and two
+            // streaming transfers where the blocks would cost a seek
+            // each), not more copying. Charged the span's length, the
+            // cheaper way was paced up to 32 times as hard: a full
+            // volume's log drained at a tenth of the cap on an idle
+            // HDD (benchmarks/daemon-log-drain.sh).
+            k += 1;
+            let span = it.before.logged.len() >= SPAN_MIN;
+            pace(it.runs.iter().map(|r| r.len).sum());
+            let guard = self.map.at(it.extent).read();
+            if guard.as_ref() != Some(&it.before) {
+                // Changed since the snapshot: its commit will see it.
+                continue;
+            }
+            if span {
+                copied[k - 1] += self.span_write_back(&it.before, &mut buf, &mut nop)?;
+                continue;
+            }
+            let mut one: Option<Gather> = None;
+            for r in &it.runs {
+                copied[k - 1] += r.len;
+                match one.as_mut() {
+                    Some(c) if c.takes(r) => c.push(r),
                     _ => {
-                        if let Some(c) = cur.replace(Gather::of(r)) {
-                            go(c, &mut buf, &mut *pace)?;
+                        if let Some(c) = one.replace(Gather::of(r)) {
+                            self.run_gather(c, &mut buf, &mut nop)?;
                         }
                     }
                 }
             }
-            if it.in_place {
-                if let Some(c) = cur.take() {
-                    go(c, &mut buf, &mut *pace)?;
+            if let Some(c) = one {
+                self.run_gather(c, &mut buf, &mut nop)?;
+            }
+            drop(guard);
+        }
+        if let Some(c) = cur.take() {
+            self.run_gather(c, &mut buf, &mut *pace)?;
+        }
+        for r in &late {
+            match cur.as_mut() {
+                Some(c) if c.takes(r) => c.push(r),
+                _ => {
+                    if let Some(c) = cur.replace(Gather::of(r)) {
+                        self.run_gather(c, &mut buf, &mut *pace)?;
+                    }
                 }
             }
         }
         if let Some(c) = cur {
-            go(c, &mut buf, &mut *pace)?;
+            self.run_gather(c, &mut buf, &mut *pace)?;
         }
         Ok(())
+    }
+
+    /// Copy the items from `items[first]` on that write into the shadows of
+    /// SSD extents and whose copies merge on the HDD (shadows next to each
+    /// other, each written whole where it is stale: see `through_clean_gaps`)
+    /// as one group: paced once for all of it before any lock is taken,
+    /// then each item's read lock held until the group's writes are done,
+    /// so no foreground change of a mapping (which could drop a shadow and
+    /// give its slot to another extent) overlaps a write into its shadow.
+    /// Only the first lock is waited for: with one held, a lock not free at
+    /// once ends the merge there (the copies so far are written and their
+    /// locks let go first), so a thread never waits for a lock while it
+    /// holds another. Returns the index after the group.
+    fn copy_shadow_group(
+        &self,
+        items: &[Item],
+        first: usize,
+        copied: &mut [u64],
+        buf: &mut Vec<u8>,
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<usize> {
+        // The group: following items into shadows while their runs merge.
+        let mut end = first + 1;
+        {
+            let mut dry: Option<Gather> = None;
+            for (j, it) in items.iter().enumerate().skip(first) {
+                if !it.in_place || it.before.loc.tier != Tier::Ssd {
+                    break;
+                }
+                let mut joins = true;
+                for r in &it.runs {
+                    match dry.as_mut() {
+                        Some(c) if c.takes(r) => c.push(r),
+                        Some(_) => {
+                            joins = false;
+                            break;
+                        }
+                        None => dry = Some(Gather::of(r)),
+                    }
+                }
+                if !joins && j > first {
+                    break;
+                }
+                end = j + 1;
+            }
+        }
+        pace(
+            items[first..end]
+                .iter()
+                .flat_map(|it| it.runs.iter())
+                .map(|r| r.len)
+                .sum(),
+        );
+        let mut nop = |_: u64| {};
+        let mut held = Vec::new();
+        let mut cur: Option<Gather> = None;
+        for (j, it) in items.iter().enumerate().take(end).skip(first) {
+            let lock = self.map.at(it.extent);
+            let guard = if held.is_empty() {
+                lock.read()
+            } else if let Some(g) = lock.try_read() {
+                g
+            } else {
+                if let Some(c) = cur.take() {
+                    self.run_gather(c, buf, &mut nop)?;
+                }
+                held.clear();
+                self.map.at(it.extent).read()
+            };
+            if guard.as_ref() != Some(&it.before) {
+                // Changed since the snapshot: its commit will see it.
+                continue;
+            }
+            for r in &it.runs {
+                copied[j] += r.len;
+                match cur.as_mut() {
+                    Some(c) if c.takes(r) => c.push(r),
+                    _ => {
+                        if let Some(c) = cur.replace(Gather::of(r)) {
+                            self.run_gather(c, buf, &mut nop)?;
+                        }
+                    }
+                }
+            }
+            held.push(guard);
+        }
+        if let Some(c) = cur {
+            self.run_gather(c, buf, &mut nop)?;
+        }
+        drop(held);
+        Ok(end)
+    }
+
+    /// Pace `g`'s bytes, then copy it through `buf`.
+    fn run_gather(
+        &self,
+        g: Gather,
+        buf: &mut Vec<u8>,
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<()> {
+        pace(g.len());
+        buf.resize(g.len() as usize, 0);
+        self.copy_gather(&g, buf, pace)
     }
 
     /// One device-to-device copy through `buf` (of the run's length),
@@ -225,9 +358,10 @@ impl Volume {
         self.copy_gather(&Gather::of(&r), buf, pace)
     }
 
-    /// One read of `g`'s source span into `buf` (of its length), then its
-    /// pieces written in order, each in writes of at most [`COPY_CHUNK`]
-    /// after `pace(0)` (see [`Volume::copy_piece`]); counted.
+    /// `g`'s pieces read into `buf` (of its length), one read for each
+    /// run of pieces whose sources continue each other, then written, one
+    /// write of at most [`COPY_CHUNK`] after `pace(0)` at a time (see
+    /// [`Volume::copy_piece`]) for each run whose destinations do; counted.
     fn copy_gather(
         &self,
         g: &Gather,
@@ -235,25 +369,24 @@ impl Volume {
         pace: &mut dyn FnMut(u64),
     ) -> VolumeResult<()> {
         let (sdev, ddev) = (self.devices.get(g.from), self.devices.get(g.to));
-        sdev.read_at(buf, g.src).map_err(|e| {
-            Stats::add(&self.stats.dev_errors[g.from.index()], 1);
-            io_err(sdev.as_ref())(e)
-        })?;
-        Stats::add(&self.stats.dev_reads[g.from.index()], 1);
-        Stats::add(&self.stats.dev_read_bytes[g.from.index()], buf.len() as u64);
-        let mut rest: &[u8] = buf;
-        for &(dst, len) in &g.pieces {
-            let (piece, tail) = rest.split_at((len as usize).min(rest.len()));
-            rest = tail;
-            // A gap read through between two pieces: not written anywhere.
-            let Some(dst) = dst else { continue };
-            for (k, chunk) in piece.chunks(COPY_CHUNK as usize).enumerate() {
+        for (at, off, len) in g.spans(|p| Some(p.src)) {
+            let part = &mut buf[off as usize..(off + len) as usize];
+            sdev.read_at(part, at).map_err(|e| {
+                Stats::add(&self.stats.dev_errors[g.from.index()], 1);
+                io_err(sdev.as_ref())(e)
+            })?;
+            Stats::add(&self.stats.dev_reads[g.from.index()], 1);
+            Stats::add(&self.stats.dev_read_bytes[g.from.index()], len);
+        }
+        for (at, off, len) in g.spans(|p| p.dst) {
+            let part = &buf[off as usize..(off + len) as usize];
+            for (k, chunk) in part.chunks(COPY_CHUNK as usize).enumerate() {
                 pace(0);
-                let at = dst + k as u64 * COPY_CHUNK;
-                ddev.write_at(chunk, at).map_err(|e| {
-                    Stats::add(&self.stats.dev_errors[g.to.index()], 1);
-                    io_err(ddev.as_ref())(e)
-                })?;
+                ddev.write_at(chunk, at + k as u64 * COPY_CHUNK)
+                    .map_err(|e| {
+                        Stats::add(&self.stats.dev_errors[g.to.index()], 1);
+                        io_err(ddev.as_ref())(e)
+                    })?;
                 self.dirty[g.to.index()].store(true, Ordering::Release);
                 Stats::add(&self.stats.dev_writes[g.to.index()], 1);
                 Stats::add(
@@ -279,43 +412,109 @@ fn read_through(from: Tier) -> u64 {
     }
 }
 
-/// A copy of one source span read at once, whose pieces go to destinations
-/// that need not continue each other: `pieces` are `(destination, length)`
-/// in source order, their lengths adding up to `len`; a piece without a
-/// destination is a gap read through.
+/// Runs of a copy merged into one pass: `pieces` in order, laid end to
+/// end in one buffer. A piece without a destination is a gap on the source
+/// read through and dropped.
 struct Gather {
     from: Tier,
-    src: u64,
     to: Tier,
+    pieces: Vec<Piece>,
+}
+
+#[derive(Clone, Copy)]
+struct Piece {
+    src: u64,
+    dst: Option<u64>,
     len: u64,
-    pieces: Vec<(Option<u64>, u64)>,
 }
 
 impl Gather {
     fn of(r: &CopyRun) -> Gather {
         Gather {
             from: r.from,
-            src: r.src,
             to: r.to,
-            len: r.len,
-            pieces: vec![(Some(r.dst), r.len)],
+            pieces: vec![Piece {
+                src: r.src,
+                dst: Some(r.dst),
+                len: r.len,
+            }],
         }
     }
 
-    /// Append `len` source bytes at `src` (at or past the span's end: what
-    /// lies between is a gap) bound for `dst`: one piece with the last
-    /// where both sides continue each other.
-    fn push(&mut self, src: u64, dst: u64, len: u64) {
-        let gap = src.saturating_sub(self.src + self.len);
+    /// Bytes of the buffer (gaps included).
+    fn len(&self) -> u64 {
+        self.pieces.iter().map(|p| p.len).sum()
+    }
+
+    /// The gap on the source before `r` if it continues the last piece's
+    /// source at or within [`read_through`] bytes past its end.
+    fn source_gap(&self, r: &CopyRun) -> Option<u64> {
+        let last = self.pieces.last()?;
+        let end = last.src + last.len;
+        (r.src >= end && r.src - end <= read_through(r.from)).then(|| r.src - end)
+    }
+
+    /// Whether `r` joins this copy: the same devices, its source or its
+    /// destination continuing the last piece's, and the whole within
+    /// [`MERGE_MAX`].
+    fn takes(&self, r: &CopyRun) -> bool {
+        let Some(last) = self.pieces.last() else {
+            return false;
+        };
+        if self.from != r.from || self.to != r.to {
+            return false;
+        }
+        let gap = self.source_gap(r);
+        let dst_on = last.dst.is_some_and(|d| d + last.len == r.dst);
+        (gap.is_some() || dst_on) && self.len() + gap.unwrap_or(0) + r.len <= MERGE_MAX
+    }
+
+    /// Append `r` (which [`Gather::takes`]): the gap before it read
+    /// through, and one piece with the last where both sides continue.
+    fn push(&mut self, r: &CopyRun) {
+        let gap = self.source_gap(r).unwrap_or(0);
         if gap > 0 {
-            self.pieces.push((None, gap));
-            self.len += gap;
+            let src = r.src - gap;
+            self.pieces.push(Piece {
+                src,
+                dst: None,
+                len: gap,
+            });
         }
-        self.len += len;
-        match self.pieces.last_mut() {
-            Some((Some(d), l)) if *d + *l == dst => *l += len,
-            _ => self.pieces.push((Some(dst), len)),
+        if let Some(last) = self.pieces.last_mut() {
+            if last.src + last.len == r.src && last.dst.is_some_and(|d| d + last.len == r.dst) {
+                last.len += r.len;
+                return;
+            }
         }
+        self.pieces.push(Piece {
+            src: r.src,
+            dst: Some(r.dst),
+            len: r.len,
+        });
+    }
+
+    /// `(device offset, buffer offset, length)` of the runs of pieces that
+    /// continue each other on the side `at` picks (pieces it gives no
+    /// offset are skipped and end a run).
+    fn spans(&self, at: impl Fn(&Piece) -> Option<u64>) -> Vec<(u64, u64, u64)> {
+        let mut out: Vec<(u64, u64, u64)> = Vec::new();
+        let mut off = 0;
+        let mut open = false;
+        for p in &self.pieces {
+            match at(p) {
+                Some(a) => match out.last_mut() {
+                    Some(s) if open && s.0 + s.2 == a => s.2 += p.len,
+                    _ => {
+                        out.push((a, off, p.len));
+                        open = true;
+                    }
+                },
+                None => open = false,
+            }
+            off += p.len;
+        }
+        out
     }
 }
 
