@@ -425,10 +425,22 @@ pub fn plan_round(cfg: &PolicyConfig, input: &PlanInput) -> (Vec<Move>, HashSet<
             .collect();
         // Extents in use themselves first (not enough for a promotion of
         // their own yet, but the likeliest to be read again), then the
-        // busiest zones, in order within a zone.
+        // busiest zones, in order within a zone. With admission, a zone
+        // arriving comes up whole, in order: its extents in use are
+        // admitted at their misses anyway, and taken first they left the
+        // HDD reads scattered, two extents or so apiece, each waiting
+        // behind the users' queued reads (benchmarks/daemon-shift.sh),
+        // where the zone in order goes up to `MERGE_MAX` (`crate::volume::moves`) per read.
+        let first = |c: &Candidate| {
+            if input.admission {
+                (false, false)
+            } else {
+                (c.active, c.coverage > 0)
+            }
+        };
         near.sort_by(|a, b| {
-            (b.active, b.coverage > 0)
-                .cmp(&(a.active, a.coverage > 0))
+            first(b)
+                .cmp(&first(a))
                 .then(in_use(b).cmp(&in_use(a)))
                 .then(a.extent.cmp(&b.extent))
         });
@@ -458,7 +470,15 @@ pub fn plan_round(cfg: &PolicyConfig, input: &PlanInput) -> (Vec<Move>, HashSet<
     // Order: hot promotions, then prefetches, each by source slot (an
     // elevator pass over the HDD); a swap's demotions only when the free
     // slots reach the floor.
-    promote.sort_by_key(|(c, r)| (*r != Reason::Hot, !c.active, c.slot, c.extent));
+    // (With admission, prefetches in slot order alone, see above.)
+    promote.sort_by_key(|(c, r)| {
+        (
+            *r != Reason::Hot,
+            !c.active && !input.admission,
+            c.slot,
+            c.extent,
+        )
+    });
     let promoted = promote.len() as i64;
     let mut moves = head;
     let mut demote = demote.into_iter();

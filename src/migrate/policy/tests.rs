@@ -456,6 +456,98 @@ fn clean_copies_cover_the_reserve() {
     assert_eq!(p[0].extent, 3);
 }
 
+/// With admission at the miss, an arriving zone comes up in slot order, its
+/// untouched extents among the touched ones (one pass, merged HDD reads),
+/// and with too little room for all, the busiest zone's extents in order
+/// (busiest by runs in use, `Zones::in_use`) are the ones chosen; without
+/// admission, extents in use go first.
+#[test]
+fn an_arriving_zone_comes_up_in_slot_order() {
+    let cfg = PolicyConfig {
+        zone_extents: 8,
+        zone_min_active: 3,
+        ..PolicyConfig::default()
+    };
+    // Zone 0: 0..8 on the HDD, 2 and 5 untouched (six of eight read).
+    let zone = |base: u64| -> Vec<Candidate> {
+        (base..base + 8)
+            .map(|e| {
+                let mut x = if e % 8 == 2 || e % 8 == 5 {
+                    touched(e, Tier::Hdd, 0.0, 0)
+                } else {
+                    touched(e, Tier::Hdd, 1.0, 1)
+                };
+                x.slot = e as u32;
+                x
+            })
+            .collect()
+    };
+    let up = |inp: &PlanInput| -> Vec<u64> {
+        plan(&cfg, inp)
+            .iter()
+            .filter(|m| m.to == Tier::Ssd && m.reason == Reason::Near)
+            .map(|m| m.extent)
+            .collect()
+    };
+    let mut adm = input(zone(0), 10, 0);
+    adm.admission = true;
+    assert_eq!(up(&adm), (0..8).collect::<Vec<_>>());
+    // Two zones arriving, room for five above the reserve: zone 0 as
+    // above (three runs in use: the busier), zone 1 with only extent 9
+    // untouched. Zone 0's extents in order, 2 among them, not the touched
+    // extents first.
+    let mut two = zone(0);
+    let mut z1: Vec<Candidate> = (8..16).map(|e| touched(e, Tier::Hdd, 1.0, 1)).collect();
+    z1[1] = touched(9, Tier::Hdd, 0.0, 0);
+    for x in z1.iter_mut() {
+        x.slot = x.extent as u32;
+    }
+    two.extend(z1);
+    let mut adm = input(two.clone(), 5, 0);
+    adm.admission = true;
+    assert_eq!(up(&adm), vec![0, 1, 2, 3, 4]);
+    // Without admission (every busy zone prefetched), extents in use first.
+    let plain = input(two, 5, 0);
+    assert_eq!(up(&plain), vec![0, 1, 3, 4, 6]);
+}
+
+/// A set arriving over neighbouring zones is found from the first zone
+/// read nearly whole outwards: a neighbour with a quarter of its extents
+/// touched, mostly on the HDD, arrives with it (its untouched extents are
+/// looked up as candidates, it is not busy for that), a zone beyond a gap
+/// does not; and a zone found so stays followed while any touched extent
+/// of it is on the HDD.
+#[test]
+fn an_arrival_grows_into_neighbouring_zones() {
+    let cfg = PolicyConfig {
+        zone_extents: 8,
+        zone_min_active: 3,
+        ..PolicyConfig::default()
+    };
+    let hdd = |e: u64| touched(e, Tier::Hdd, 1.0, 1);
+    // Zone 0: six of eight; zone 1: two of eight; zone 2: one; zone 3: two.
+    let mut v: Vec<Candidate> = [0, 1, 3, 4, 6, 7, 9, 13, 18, 25, 30]
+        .into_iter()
+        .map(hdd)
+        .collect();
+    let zones = Zones::find(&cfg, &v, &HashSet::new());
+    assert_eq!(zones.arriving(), &HashSet::from([0, 1]));
+    assert!(zones.is_busy(0) && !zones.is_busy(9));
+    let listed: Vec<u64> = zones.busy_extents(64).collect();
+    assert_eq!(listed, (0..16).collect::<Vec<_>>());
+    // Zone 1 mostly up (one of its two touched extents on the SSD, and
+    // zone 0 gone idle): followed, it stays while its other is on the HDD.
+    v.retain(|c| c.extent >= 8);
+    v[0].tier = Tier::Ssd;
+    assert!(Zones::find(&cfg, &v, &HashSet::new()).arriving().is_empty());
+    let followed = Zones::find(&cfg, &v, &HashSet::from([1]));
+    assert_eq!(followed.arriving(), &HashSet::from([1]));
+    v[1].tier = Tier::Ssd;
+    assert!(Zones::find(&cfg, &v, &HashSet::from([1]))
+        .arriving()
+        .is_empty());
+}
+
 #[test]
 fn a_zone_mostly_in_use_stays_busy_for_its_last_extents() {
     // Zones of 8 extents, busy at 3 runs. Zone 0: extents 0..7 in use
