@@ -107,6 +107,66 @@ fn finish(
     check(&bed.open());
 }
 
+/// Which HDD requests a batch is counted by.
+#[derive(Clone, Copy)]
+enum HddOps {
+    Reads,
+    Writes,
+}
+
+/// Run `batch` to `to`, interrupted after `step` (`None`: to the end):
+/// every outcome is that step's stop (or a move); once destinations are
+/// taken, the batch made exactly one HDD request of `ops`; `done` looks at
+/// the volume when it ran to the end. Then a kill (and a power cut if
+/// asked), `check` after reopening, and the batch finished (`finish`).
+#[allow(clippy::too_many_arguments)]
+fn interrupted_batch(
+    bed: &Bed,
+    vol: Arc<Volume>,
+    batch: &[(u64, Reason)],
+    to: Tier,
+    step: Option<MoveStep>,
+    power_cut: bool,
+    ops: HddOps,
+    done: &dyn Fn(&Volume),
+    check: &dyn Fn(&Volume),
+) {
+    let count = |v: &Volume| {
+        let st = v.stats();
+        let c = match ops {
+            HddOps::Reads => &st.dev_reads[Tier::Hdd.index()],
+            HddOps::Writes => &st.dev_writes[Tier::Hdd.index()],
+        };
+        tierd::volume::Stats::get(c)
+    };
+    let before = count(&vol);
+    if let Some(s) = step {
+        tierd::migrate::arm_crash_after(s);
+    }
+    let out = tierd::migrate::migrate_batch(&vol, batch, to, &mut |_| {}).expect("the batch");
+    for (_, o) in &out {
+        match step {
+            Some(s) => assert_eq!(*o, MoveOutcome::Stopped(s)),
+            None => assert!(matches!(o, MoveOutcome::Moved(_)), "{o:?}"),
+        }
+    }
+    if step != Some(MoveStep::Allocated) {
+        assert_eq!(count(&vol) - before, 1, "{step:?}: not one HDD request");
+    }
+    if step.is_none() {
+        done(&vol);
+    }
+    drop(vol);
+    if power_cut {
+        bed.power_cut();
+    }
+    let vol = bed.open();
+    check(&vol);
+    finish(bed, vol, to, check, &|vol| {
+        tierd::migrate::migrate_batch(vol, batch, to, &mut |_| {}).expect("the batch again")
+    });
+}
+
 #[test]
 fn crash_after_each_step_as_a_process_kill() {
     for step in crash_steps() {
@@ -223,26 +283,7 @@ fn run_gather(step: Option<MoveStep>, power_cut: bool) {
     assert!(matches!(migrate(&vol, 7, Tier::Hdd), MoveOutcome::Moved(_)));
     vol.flush().expect("flush");
     let up: Vec<(u64, Reason)> = [0u64, 1, 3, 4].iter().map(|&e| (e, Reason::Near)).collect();
-    let reads = |v: &Volume| tierd::volume::Stats::get(&v.stats().dev_reads[Tier::Hdd.index()]);
-    let before = reads(&vol);
-    if let Some(s) = step {
-        tierd::migrate::arm_crash_after(s);
-    }
-    let out = tierd::migrate::migrate_batch(&vol, &up, Tier::Ssd, &mut |_| {}).expect("promote");
-    for (_, o) in &out {
-        match step {
-            Some(s) => assert_eq!(*o, MoveOutcome::Stopped(s)),
-            None => assert!(matches!(o, MoveOutcome::Moved(_)), "{o:?}"),
-        }
-    }
-    if step != Some(MoveStep::Allocated) {
-        assert_eq!(
-            reads(&vol) - before,
-            1,
-            "{step:?}: not one read through the gap"
-        );
-    }
-    if step.is_none() {
+    let done = |vol: &Volume| {
         let dst: Vec<u32> = [0u64, 1, 3, 4]
             .iter()
             .map(|&e| vol.loc_of(e).expect("mapped").slot)
@@ -251,11 +292,7 @@ fn run_gather(step: Option<MoveStep>, power_cut: bool) {
             dst.windows(2).any(|w| w[1] != w[0] + 1),
             "the destinations continue each other ({dst:?}): the test shows no gather"
         );
-    }
-    drop(vol);
-    if power_cut {
-        bed.power_cut();
-    }
+    };
     let check = |vol: &Volume| {
         let mut buf = vec![0u8; EXTENT as usize];
         for e in 0..5u64 {
@@ -274,11 +311,18 @@ fn run_gather(step: Option<MoveStep>, power_cut: bool) {
         }
         assert_accounting(vol, 24);
     };
-    let vol = bed.open();
-    check(&vol);
-    finish(&bed, vol, Tier::Ssd, &check, &|vol| {
-        tierd::migrate::migrate_batch(vol, &up, Tier::Ssd, &mut |_| {}).expect("promote again")
-    });
+    let ops = HddOps::Reads;
+    interrupted_batch(
+        &bed,
+        vol,
+        &up,
+        Tier::Ssd,
+        step,
+        power_cut,
+        ops,
+        &done,
+        &check,
+    );
 }
 
 #[test]
@@ -307,32 +351,13 @@ fn run_scatter(step: Option<MoveStep>, power_cut: bool) {
     }
     vol.flush().expect("flush");
     let down: Vec<(u64, Reason)> = [0u64, 2, 4].iter().map(|&e| (e, Reason::Idle)).collect();
-    let writes = |v: &Volume| tierd::volume::Stats::get(&v.stats().dev_writes[Tier::Hdd.index()]);
-    let before = writes(&vol);
-    if let Some(s) = step {
-        tierd::migrate::arm_crash_after(s);
-    }
-    let out = tierd::migrate::migrate_batch(&vol, &down, Tier::Hdd, &mut |_| {}).expect("demote");
-    for (_, o) in &out {
-        match step {
-            Some(s) => assert_eq!(*o, MoveOutcome::Stopped(s)),
-            None => assert!(matches!(o, MoveOutcome::Moved(_)), "{o:?}"),
-        }
-    }
-    if step != Some(MoveStep::Allocated) {
-        assert_eq!(writes(&vol) - before, 1, "{step:?}: not one HDD write");
-    }
-    if step.is_none() {
+    let done = |vol: &Volume| {
         let dst: Vec<u32> = [0u64, 2, 4]
             .iter()
             .map(|&e| vol.loc_of(e).expect("mapped").slot)
             .collect();
         assert!(dst.windows(2).all(|w| w[1] == w[0] + 1), "{dst:?}");
-    }
-    drop(vol);
-    if power_cut {
-        bed.power_cut();
-    }
+    };
     let check = |vol: &Volume| {
         let mut buf = vec![0u8; EXTENT as usize];
         for e in 0..6u64 {
@@ -344,11 +369,18 @@ fn run_scatter(step: Option<MoveStep>, power_cut: bool) {
         }
         assert_accounting(vol, 24);
     };
-    let vol = bed.open();
-    check(&vol);
-    finish(&bed, vol, Tier::Hdd, &check, &|vol| {
-        tierd::migrate::migrate_batch(vol, &down, Tier::Hdd, &mut |_| {}).expect("demote again")
-    });
+    let ops = HddOps::Writes;
+    interrupted_batch(
+        &bed,
+        vol,
+        &down,
+        Tier::Hdd,
+        step,
+        power_cut,
+        ops,
+        &done,
+        &check,
+    );
 }
 
 #[test]
@@ -405,36 +437,24 @@ fn run_shadow_group(step: Option<MoveStep>, power_cut: bool) {
         model[at as usize..at as usize + 4096].copy_from_slice(&data);
     }
     vol.flush().expect("flush");
-    let writes = |v: &Volume| tierd::volume::Stats::get(&v.stats().dev_writes[Tier::Hdd.index()]);
-    let before = writes(&vol);
-    if let Some(s) = step {
-        tierd::migrate::arm_crash_after(s);
-    }
-    let out = tierd::migrate::migrate_batch(&vol, &all, Tier::Hdd, &mut |_| {}).expect("demote");
-    for (_, o) in &out {
-        match step {
-            Some(s) => assert_eq!(*o, MoveOutcome::Stopped(s)),
-            None => assert_eq!(*o, MoveOutcome::Moved(EXTENT)),
-        }
-    }
-    if step != Some(MoveStep::Allocated) {
-        assert_eq!(writes(&vol) - before, 1, "{step:?}: not one HDD write");
-    }
-    drop(vol);
-    if power_cut {
-        bed.power_cut();
-    }
     let check = |vol: &Volume| {
         let mut buf = vec![0u8; 4 * EXTENT as usize];
         vol.read(0, &mut buf).expect("read");
         assert!(buf == model, "{step:?}/{power_cut}: the extents differ");
         assert_accounting(vol, 24);
     };
-    let vol = bed.open();
-    check(&vol);
-    finish(&bed, vol, Tier::Hdd, &check, &|vol| {
-        tierd::migrate::migrate_batch(vol, &all, Tier::Hdd, &mut |_| {}).expect("demote again")
-    });
+    let ops = HddOps::Writes;
+    interrupted_batch(
+        &bed,
+        vol,
+        &all,
+        Tier::Hdd,
+        step,
+        power_cut,
+        ops,
+        &|_| {},
+        &check,
+    );
 }
 
 #[test]
