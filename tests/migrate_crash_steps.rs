@@ -107,6 +107,14 @@ fn finish(
     check(&bed.open());
 }
 
+/// `run` interrupted after each step of the protocol in turn, and once
+/// run to the end; as a kill, or as a power cut.
+fn every_step(run: fn(Option<MoveStep>, bool), power_cut: bool) {
+    for step in crash_steps() {
+        run(step, power_cut);
+    }
+}
+
 /// Which HDD requests a batch is counted by.
 #[derive(Clone, Copy)]
 enum HddOps {
@@ -169,16 +177,12 @@ fn interrupted_batch(
 
 #[test]
 fn crash_after_each_step_as_a_process_kill() {
-    for step in crash_steps() {
-        run(step, false);
-    }
+    every_step(run, false);
 }
 
 #[test]
 fn crash_after_each_step_as_a_power_cut() {
-    for step in crash_steps() {
-        run(step, true);
-    }
+    every_step(run, true);
 }
 
 /// A batch: four full extents in neighbouring slots (one merged copy) and a
@@ -239,16 +243,12 @@ fn run_batch(step: Option<MoveStep>, power_cut: bool) {
 
 #[test]
 fn batch_crash_after_each_step_as_a_process_kill() {
-    for step in crash_steps() {
-        run_batch(step, false);
-    }
+    every_step(run_batch, false);
 }
 
 #[test]
 fn batch_crash_after_each_step_as_a_power_cut() {
-    for step in crash_steps() {
-        run_batch(step, true);
-    }
+    every_step(run_batch, true);
 }
 
 /// A promotion batch read from the HDD in one read: extents 0, 1, 3 and 4
@@ -327,16 +327,12 @@ fn run_gather(step: Option<MoveStep>, power_cut: bool) {
 
 #[test]
 fn gathered_promotion_crash_after_each_step_as_a_process_kill() {
-    for step in crash_steps() {
-        run_gather(step, false);
-    }
+    every_step(run_gather, false);
 }
 
 #[test]
 fn gathered_promotion_crash_after_each_step_as_a_power_cut() {
-    for step in crash_steps() {
-        run_gather(step, true);
-    }
+    every_step(run_gather, true);
 }
 
 /// A demotion batch whose SSD sources do not continue each other (extents
@@ -385,16 +381,12 @@ fn run_scatter(step: Option<MoveStep>, power_cut: bool) {
 
 #[test]
 fn scattered_demotion_crash_after_each_step_as_a_process_kill() {
-    for step in crash_steps() {
-        run_scatter(step, false);
-    }
+    every_step(run_scatter, false);
 }
 
 #[test]
 fn scattered_demotion_crash_after_each_step_as_a_power_cut() {
-    for step in crash_steps() {
-        run_scatter(step, true);
-    }
+    every_step(run_scatter, true);
 }
 
 /// A demotion batch of four SSD extents whose shadows neighbour each other,
@@ -459,14 +451,10 @@ fn run_shadow_group(step: Option<MoveStep>, power_cut: bool) {
 
 #[test]
 fn shadow_group_demotion_crash_after_each_step_as_a_process_kill() {
-    for step in crash_steps() {
-        run_shadow_group(step, false);
-    }
+    every_step(run_shadow_group, false);
 }
 
 #[test]
 fn shadow_group_demotion_crash_after_each_step_as_a_power_cut() {
-    for step in crash_steps() {
-        run_shadow_group(step, true);
-    }
+    every_step(run_shadow_group, true);
 }
