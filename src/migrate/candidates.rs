@@ -46,12 +46,21 @@ fn candidate(
 /// The planner's candidates, in extent order: every extent on the SSD, and
 /// the mapped extents pinned to the SSD or touched recently (covered in the
 /// coverage windows, or in use). With `policy`, also those of its busy
-/// zones (`zone-extents` above 0), and, with a `promote-min-score` of 0,
-/// every mapped extent heat tracks (one whose coverage expired has
-/// effective heat 0, which only such a score promotes). Costs the SSD's
-/// extents, the heat map's entries, the pinned extents and the busy zones,
-/// never the volume's size.
-pub fn candidates(vol: &Volume, heat: &HeatMap, policy: Option<&PolicyConfig>) -> Vec<Candidate> {
+/// zones (`zone-extents` above 0) and of the zones a set is arriving in,
+/// `following` among them (the zones the last round found arriving, as the
+/// planner is handed them: a zone followed through past half up is
+/// arriving by that alone, and its untouched extents were left out, so the
+/// prefetch stopped with them still on the HDD), and, with a
+/// `promote-min-score` of 0, every mapped extent heat tracks (one whose
+/// coverage expired has effective heat 0, which only such a score
+/// promotes). Costs the SSD's extents, the heat map's entries, the pinned
+/// extents and the busy zones, never the volume's size.
+pub fn candidates(
+    vol: &Volume,
+    heat: &HeatMap,
+    policy: Option<&PolicyConfig>,
+    following: &HashSet<u64>,
+) -> Vec<Candidate> {
     let pins = vol.pins();
     let blocks = vol.geometry().blocks_per_extent();
     let extents = vol.geometry().logical_extents();
@@ -93,7 +102,7 @@ pub fn candidates(vol: &Volume, heat: &HeatMap, policy: Option<&PolicyConfig>) -
     if let Some(cfg) = policy.filter(|c| c.zone_extents > 0) {
         // The zones follow from the touched extents alone, all of which are
         // in by now; the untouched extents of the busy ones join them.
-        let zones = Zones::find(cfg, &out, &HashSet::new());
+        let zones = Zones::find(cfg, &out, following);
         let more: Vec<Candidate> = zones
             .busy_extents(extents)
             .filter(|e| out.binary_search_by_key(e, |c| c.extent).is_err())
@@ -135,7 +144,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::device::{BlockDevice, MemDevice};
     use crate::heat::HeatConfig;
-    use crate::migrate::policy::{plan, PlanInput};
+    use crate::migrate::policy::{plan, plan_round, PlanInput};
     use crate::store::{MemStore, MetaStore};
     use crate::volume::{Devices, FormatOptions, VolumeOptions};
 
@@ -183,6 +192,18 @@ mod tests {
         }
     }
 
+    /// [`plan_input`] with the zones an earlier round found arriving.
+    fn following_input(
+        vol: &Volume,
+        candidates: Vec<Candidate>,
+        following: &HashSet<u64>,
+    ) -> PlanInput {
+        PlanInput {
+            following: following.clone(),
+            ..plan_input(vol, candidates, true)
+        }
+    }
+
     #[test]
     fn the_plan_from_the_candidates_is_the_plan_from_every_extent() {
         let clock = Arc::new(ManualClock::new());
@@ -208,6 +229,10 @@ mod tests {
         };
         let mut buf = vec![0u8; 8 * 4096];
         let mut compared = 0;
+        // The zones a round with admission found arriving, handed to the
+        // next (as the migrator does), and how often there were any.
+        let mut following: HashSet<u64> = HashSet::new();
+        let mut followed = 0;
         // The writes' heat is gone after a hundred seconds or so (ten
         // half-lives); the reads keep some extents tracked.
         for second in 0..260u64 {
@@ -240,7 +265,8 @@ mod tests {
                 (zoned, true),
                 (any_score, false),
             ] {
-                let some = candidates(&vol, &heat, Some(&cfg));
+                let none = HashSet::new();
+                let some = candidates(&vol, &heat, Some(&cfg), &none);
                 let all = all_candidates(&vol, &heat);
                 assert!(some.windows(2).all(|w| w[0].extent < w[1].extent));
                 assert!(some.iter().all(|c| all.contains(c)), "{second}");
@@ -253,6 +279,15 @@ mod tests {
                     moves = want;
                 }
             }
+            // With admission, each round handed the last one's arrivals:
+            // a zone followed past half up lists its untouched extents too.
+            let some = candidates(&vol, &heat, Some(&zoned), &following);
+            let all = all_candidates(&vol, &heat);
+            let (want, arrivals) = plan_round(&zoned, &following_input(&vol, all, &following));
+            let (got, _) = plan_round(&zoned, &following_input(&vol, some, &following));
+            assert_eq!(got, want, "second {second}, following {following:?}");
+            followed += usize::from(!following.is_empty());
+            following = arrivals;
             // Carry the plan out, so the next comparison starts elsewhere.
             for m in moves {
                 crate::migrate::copy::migrate_batch(
@@ -265,6 +300,7 @@ mod tests {
             }
         }
         assert!(compared > 10, "plans that move something: {compared}");
+        assert!(followed > 0, "no round followed an arrival");
     }
 
     /// An extent whose coverage expired has effective heat 0: left out,
@@ -305,11 +341,14 @@ mod tests {
         let want = plan(&any, &input(all_candidates(&vol, &heat)));
         assert!(want.iter().any(|m| m.extent == hdd && m.to == Tier::Ssd));
         assert_eq!(
-            plan(&any, &input(candidates(&vol, &heat, Some(&any)))),
+            plan(
+                &any,
+                &input(candidates(&vol, &heat, Some(&any), &HashSet::new()))
+            ),
             want
         );
         let cfg = PolicyConfig::default();
-        let some = candidates(&vol, &heat, Some(&cfg));
+        let some = candidates(&vol, &heat, Some(&cfg), &HashSet::new());
         assert!(some.iter().all(|c| c.extent != hdd));
         let want = plan(&cfg, &input(all_candidates(&vol, &heat)));
         assert_eq!(plan(&cfg, &input(some)), want);

@@ -466,11 +466,12 @@ impl Migrator {
         // Reads place their data themselves while admission keeps copies
         // (a cache's rule); on a full HDD heat decides.
         let admitting = cfg.admission && vol.admission_keeps_copies();
+        let following = std::mem::take(&mut *self.following.lock());
         let input = PlanInput {
             // The extents that can move: what the SSD holds, what was
             // touched, what is pinned, and, with prefetch, the busy zones
             // (with admission too: a set arriving is prefetched).
-            candidates: candidates(vol, &self.heat, Some(&cfg.policy)),
+            candidates: candidates(vol, &self.heat, Some(&cfg.policy), &following),
             // The write log's segments are not free: random writes can fill
             // them faster than the HDD drains them (a minute or more for a
             // reserve's worth of scattered 4 KiB blocks), and the reserve
@@ -485,7 +486,7 @@ impl Migrator {
             // slots than the reserve (see `Volume::migrate_batch`).
             shadows: vol.shadows_enabled() && hdd_free > 2 * spare,
             admission: admitting,
-            following: std::mem::take(&mut *self.following.lock()),
+            following,
         };
         let (moves, arrivals) = plan_round(&cfg.policy, &input);
         // The arrivals this round saw, followed through in the next (only

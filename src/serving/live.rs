@@ -390,7 +390,7 @@ impl Live {
         // An extent heat does not track has effective heat 0: hot only
         // with a promotion score of 0, which makes every extent hot.
         let untracked_hot = policy.promote_min_score <= 0.0;
-        for c in candidates(vol, &self.heat, None) {
+        for c in candidates(vol, &self.heat, None, &HashSet::new()) {
             if effective(&policy, &c, bpe) >= policy.promote_min_score {
                 w.hot_bytes += es;
                 if c.tier == Tier::Ssd {

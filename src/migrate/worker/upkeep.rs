@@ -5,6 +5,7 @@
 //! (`durability.ssd-exposure`: every SSD-only write gets an HDD copy in
 //! time). Methods of [`Migrator`], called from its round.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -171,7 +172,7 @@ impl Migrator {
         // the HDD: every extent on it, a walk of the whole map each round
         // while it drains.
         let all = match from {
-            Tier::Ssd => candidates(vol, &self.heat, None),
+            Tier::Ssd => candidates(vol, &self.heat, None, &HashSet::new()),
             Tier::Hdd => all_candidates(vol, &self.heat),
         };
         let mut on: Vec<(u64, f32)> = all
