@@ -213,6 +213,16 @@ fn preclean_met_by(stream: bool) -> (tierd::migrate::RoundReport, f64) {
     migrate(&vol, 1, Tier::Hdd);
     assert_eq!(tier_of(&vol, 0), Some(Tier::Ssd));
     assert_eq!(tier_of(&vol, 2), Some(Tier::Ssd));
+    // Extent 3, new data pinned to the HDD, lands two slots past extent
+    // 1's: the pre-clean's new slots (the lowest free ones) then do not
+    // continue each other, so its two copies stay two writes (copies into
+    // neighbouring slots would go as one).
+    vol.pin(3 * EXTENT, EXTENT, Some(Tier::Hdd)).expect("pin");
+    put(&vol, &mut model, 3 * EXTENT, &pattern(3, EXTENT as usize));
+    vol.flush().expect("flush");
+    let slot = |e: u64| vol.mapping(e).expect("mapped").loc;
+    assert_eq!(slot(3).tier, Tier::Hdd);
+    assert_eq!(slot(3).slot, slot(1).slot + 2, "extent 3's slot");
     let m = Arc::new(bed.migrator(&vol));
     bed.clock.advance(Duration::from_secs(1));
     gate.arm();
