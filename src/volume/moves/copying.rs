@@ -159,14 +159,7 @@ impl Volume {
                         late.push(*r);
                         continue;
                     }
-                    match cur.as_mut() {
-                        Some(c) if c.takes(r) => c.push(r),
-                        _ => {
-                            if let Some(c) = cur.replace(Gather::of(r)) {
-                                self.run_gather(c, &mut buf, &mut *pace)?;
-                            }
-                        }
-                    }
+                    self.gather_run(&mut cur, r, &mut buf, &mut *pace)?;
                 }
                 k += 1;
                 continue;
@@ -207,14 +200,7 @@ impl Volume {
             let mut one: Option<Gather> = None;
             for r in &it.runs {
                 copied[k - 1] += r.len;
-                match one.as_mut() {
-                    Some(c) if c.takes(r) => c.push(r),
-                    _ => {
-                        if let Some(c) = one.replace(Gather::of(r)) {
-                            self.run_gather(c, &mut buf, &mut nop)?;
-                        }
-                    }
-                }
+                self.gather_run(&mut one, r, &mut buf, &mut nop)?;
             }
             if let Some(c) = one {
                 self.run_gather(c, &mut buf, &mut nop)?;
@@ -225,14 +211,7 @@ impl Volume {
             self.run_gather(c, &mut buf, &mut *pace)?;
         }
         for r in &late {
-            match cur.as_mut() {
-                Some(c) if c.takes(r) => c.push(r),
-                _ => {
-                    if let Some(c) = cur.replace(Gather::of(r)) {
-                        self.run_gather(c, &mut buf, &mut *pace)?;
-                    }
-                }
-            }
+            self.gather_run(&mut cur, r, &mut buf, &mut *pace)?;
         }
         if let Some(c) = cur {
             self.run_gather(c, &mut buf, &mut *pace)?;
@@ -313,14 +292,7 @@ impl Volume {
             }
             for r in &it.runs {
                 copied[j] += r.len;
-                match cur.as_mut() {
-                    Some(c) if c.takes(r) => c.push(r),
-                    _ => {
-                        if let Some(c) = cur.replace(Gather::of(r)) {
-                            self.run_gather(c, buf, &mut nop)?;
-                        }
-                    }
-                }
+                self.gather_run(&mut cur, r, buf, &mut nop)?;
             }
             held.push(guard);
         }
@@ -329,6 +301,26 @@ impl Volume {
         }
         drop(held);
         Ok(end)
+    }
+
+    /// Add `r` to the copy `cur` gathers if it takes it; else copy `cur`
+    /// (pacing it with `pace`) and start a new one with `r`.
+    fn gather_run(
+        &self,
+        cur: &mut Option<Gather>,
+        r: &CopyRun,
+        buf: &mut Vec<u8>,
+        pace: &mut dyn FnMut(u64),
+    ) -> VolumeResult<()> {
+        match cur.as_mut() {
+            Some(c) if c.takes(r) => c.push(r),
+            _ => {
+                if let Some(c) = cur.replace(Gather::of(r)) {
+                    self.run_gather(c, buf, pace)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Pace `g`'s bytes, then copy it through `buf`.
