@@ -69,6 +69,11 @@ pub struct HeatConfig {
     /// extent in use, and its zone no longer counts as in use.
     #[serde(with = "crate::units::duration_secs")]
     pub idle_after: Duration,
+    /// An extent used often is idle sooner: once it has gone this many of
+    /// its own mean intervals between requests without one (its rate read
+    /// from its score), though never before 2 s nor after `idle-after`. 0:
+    /// every extent is idle after `idle-after`.
+    pub idle_after_missed: f32,
     /// Extents whose heat is kept at most. An extent is tracked from its
     /// first touch until its heat has decayed away (about ten half-lives
     /// after its last touch); past the cap the coldest are forgotten at the
@@ -84,6 +89,11 @@ pub struct HeatConfig {
 /// SSD of a few TiB holds plus what an HDD's random reads reach meanwhile.
 pub const DEFAULT_MAX_TRACKED: u64 = 4 << 20;
 
+/// An extent is in use for at least this many ticks (seconds) after its
+/// last touch, however often it was used: stamps are whole seconds, so one
+/// silent stamp may be a request that fell just either side of a tick.
+pub const MIN_IDLE_TICKS: u64 = 2;
+
 impl Default for HeatConfig {
     fn default() -> Self {
         HeatConfig {
@@ -92,6 +102,7 @@ impl Default for HeatConfig {
             coverage_window: Duration::from_secs(60),
             sequential_cutoff: ByteSize(4 << 20),
             idle_after: Duration::from_secs(10),
+            idle_after_missed: 10.0,
             max_tracked: DEFAULT_MAX_TRACKED,
         }
     }
@@ -112,6 +123,12 @@ impl HeatConfig {
                     "half-life, coverage-window and idle-after must be above zero",
                 ));
             }
+        }
+        if !(self.idle_after_missed.is_finite() && self.idle_after_missed >= 0.0) {
+            return Err(InvalidKey::new(
+                "heat.idle-after-missed",
+                "must be a number of requests of 0 or more",
+            ));
         }
         if !(1..=1 << 32).contains(&self.max_tracked) {
             return Err(InvalidKey::new(
@@ -332,13 +349,44 @@ impl HeatMap {
         true
     }
 
-    /// Ticks since the last touch within which an extent is in use.
+    /// Ticks since the last touch within which an extent is in use, at
+    /// most (`idle-after`).
     fn idle_ticks(&self) -> u64 {
         self.cfg.idle_after.as_secs().max(1)
     }
 
-    fn in_use(last: u32, now: u32, idle: u64) -> bool {
-        last != 0 && u64::from(now.saturating_sub(last)) < idle
+    /// The score at or above which an extent is idle after
+    /// [`MIN_IDLE_TICKS`] ticks: `idle-after-missed` requests at the rate
+    /// the score stands for. A steady rate of `r` requests a second folds
+    /// into a score of `r × half-life / ln 2`, so an extent scored `s` is
+    /// read `s × ln 2 / half-life` times a second, and `missed / rate`
+    /// seconds without a request mean it is no longer used (a Poisson
+    /// stream misses `missed` mean intervals in a row with chance
+    /// `e^-missed`). The score as of the last tick has decayed since the
+    /// last touch, so the rate is read low and the extent stays in use the
+    /// longer: the error is on the safe side.
+    fn idle_score(cfg: &HeatConfig) -> f32 {
+        let hl = cfg.half_life.as_secs_f32();
+        cfg.idle_after_missed * hl / std::f32::consts::LN_2
+    }
+
+    /// Ticks without a touch after which an extent scored `score` is idle.
+    fn idle_ticks_for(&self, score: f32) -> u64 {
+        let max = self.idle_ticks();
+        let k = Self::idle_score(&self.cfg);
+        if k <= 0.0 || score <= 0.0 {
+            return max;
+        }
+        let t = (k / score).ceil();
+        if t >= max as f32 {
+            max
+        } else {
+            (t as u64).clamp(MIN_IDLE_TICKS.min(max), max)
+        }
+    }
+
+    fn in_use(&self, last: u32, score: f32, now: u32) -> bool {
+        last != 0 && u64::from(now.saturating_sub(last)) < self.idle_ticks_for(score)
     }
 
     /// Fold hits into scores with the decay for the time since the last
@@ -360,7 +408,6 @@ impl HeatMap {
         if rotate {
             t.last_rotation = now;
         }
-        let idle = self.idle_ticks();
         let words = self.words;
         let mut removed = 0usize;
         for (_, mut guard) in self.table.each() {
@@ -393,7 +440,7 @@ impl HeatMap {
                 let keep = e.score != 0.0
                     || e.recurrence != 0.0
                     || e.bits != NO_BITS
-                    || Self::in_use(e.last, stamp, idle);
+                    || self.in_use(e.last, e.score, stamp);
                 if !keep {
                     removed += 1;
                 }
@@ -416,12 +463,11 @@ impl HeatMap {
     /// [`HeatMap::tick`]'s); entries touched since the last tick stay.
     fn trim(&self, cap: usize) {
         let now = self.now.load(Ordering::Relaxed);
-        let idle = self.idle_ticks();
         let mut all: Vec<(bool, f32, f32, u64)> = Vec::with_capacity(self.tracked());
         for (shard, guard) in self.table.each() {
             all.extend(guard.entries.iter().map(|(k, e)| {
                 (
-                    Self::in_use(e.last, now, idle),
+                    self.in_use(e.last, e.score, now),
                     e.score,
                     e.recurrence,
                     Table::join(shard, *k),
@@ -517,7 +563,7 @@ impl HeatMap {
     /// tick): in use. Idle extents give way to extents in use.
     pub fn is_active(&self, extent: u64) -> bool {
         let now = self.now.load(Ordering::Relaxed);
-        self.with(extent, |e| Self::in_use(e.last, now, self.idle_ticks()))
+        self.with(extent, |e| self.in_use(e.last, e.score, now))
             .unwrap_or(false)
     }
 
@@ -543,7 +589,6 @@ impl HeatMap {
     /// a time.
     pub fn touched(&self) -> Vec<(u64, ExtentHeat)> {
         let now = self.now.load(Ordering::Relaxed);
-        let idle = self.idle_ticks();
         let mut out = Vec::with_capacity(self.tracked());
         for (shard, guard) in self.table.each() {
             out.extend(guard.entries.iter().map(|(k, e)| {
@@ -553,7 +598,7 @@ impl HeatMap {
                         score: e.score,
                         recurrence: e.recurrence,
                         coverage: e.coverage,
-                        active: Self::in_use(e.last, now, idle),
+                        active: self.in_use(e.last, e.score, now),
                     },
                 )
             }));

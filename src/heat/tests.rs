@@ -102,6 +102,73 @@ fn an_extent_untouched_for_idle_after_is_idle() {
     assert_eq!(h.idle_secs(2), None);
 }
 
+/// Touch `extent` `per_sec` times in each second from `from` to `to`
+/// (exclusive), ticking once a second.
+fn steady(h: &HeatMap, extent: u64, per_sec: u64, from: u64, to: u64) {
+    for s in from..to {
+        for i in 0..per_sec {
+            h.record(extent * MIB + (i % 256) * 4096, 4096, IoHint::default());
+        }
+        h.tick(Duration::from_secs(s + 1));
+    }
+}
+
+#[test]
+fn an_extent_used_often_is_idle_once_it_misses_its_requests() {
+    let h = map();
+    // Extent 1: 20 requests a second for a minute; extent 2: one request
+    // every 2 s. Then both stop at 60 s.
+    for s in 0..60u64 {
+        for _ in 0..20 {
+            h.record(MIB, 4096, IoHint::default());
+        }
+        if s % 2 == 0 {
+            h.record(2 * MIB, 4096, IoHint::default());
+        }
+        h.tick(Duration::from_secs(s + 1));
+    }
+    // A minute at 20 a second scores about 20 × 60 / ln 2 / 2 (half way
+    // to the steady score): 10 missed requests take well under 2 s, so
+    // it is idle after the floor of 2 silent seconds.
+    h.tick(Duration::from_secs(61));
+    assert!(h.is_active(1), "one silent second is not enough");
+    h.tick(Duration::from_secs(62));
+    assert!(!h.is_active(1), "2 s at 20 a second is 40 missed requests");
+    // One request every 2 s: ten missed ones take over 10 s, so
+    // `idle-after` decides.
+    h.tick(Duration::from_secs(68));
+    assert!(h.is_active(2));
+    h.tick(Duration::from_secs(69));
+    assert!(!h.is_active(2), "10 s after its last touch at 59 s");
+}
+
+#[test]
+fn a_newly_used_extent_is_not_idle_before_its_rate_is_known() {
+    let h = map();
+    // 20 requests a second for 2 s only: its score (40) stands for less
+    // than one request a second, so it keeps the full `idle-after`.
+    steady(&h, 3, 20, 0, 2);
+    h.tick(Duration::from_secs(10));
+    assert!(h.is_active(3));
+    // Turned off, every extent waits the full `idle-after`.
+    let cfg = HeatConfig {
+        idle_after_missed: 0.0,
+        ..HeatConfig::default()
+    };
+    let g = HeatMap::new(cfg, 8, MIB, 4096, Duration::ZERO);
+    steady(&g, 1, 50, 0, 60);
+    g.tick(Duration::from_secs(69));
+    assert!(g.is_active(1));
+    g.tick(Duration::from_secs(70));
+    assert!(!g.is_active(1));
+    assert!(HeatConfig {
+        idle_after_missed: -1.0,
+        ..HeatConfig::default()
+    }
+    .validate()
+    .is_err());
+}
+
 #[test]
 fn snapshot_roundtrip() {
     let h = map();
