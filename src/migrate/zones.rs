@@ -27,8 +27,10 @@ pub struct Zones {
     busy: HashSet<u64>,
     /// Zones three quarters of whose extents were touched, one within
     /// `idle-after`, at least half of the touched ones on the HDD: read
-    /// nearly whole, and mostly not yet on the SSD; and their neighbours in
-    /// use with a quarter touched, mostly on the HDD. A zone found arriving
+    /// nearly whole, and mostly not yet on the SSD; zones a quarter of
+    /// whose extents are in use right now, mostly on the HDD (a sweep: a
+    /// set read at the HDD's pace); and their neighbours in use with a
+    /// quarter touched, mostly on the HDD. A zone found arriving
     /// stays so while any touched extent of it is on the HDD (see
     /// [`Zones::find`]'s `following`).
     arriving: HashSet<u64>,
@@ -68,6 +70,12 @@ impl Zones {
         {
             *on_hdd.entry(c.extent / z).or_default() += 1;
         }
+        // Touched extents in use right now (within their idle time), per
+        // zone: how much of it is being read at once.
+        let mut live: HashMap<u64, u32> = HashMap::new();
+        for c in candidates.iter().filter(|c| c.coverage > 0 && c.active) {
+            *live.entry(c.extent / z).or_default() += 1;
+        }
         touched.sort_unstable();
         let mut active: HashMap<u64, u32> = HashMap::new();
         let mut any: HashMap<u64, u32> = HashMap::new();
@@ -94,13 +102,26 @@ impl Zones {
         // default: a small share of a zone.)
         let mut arriving = HashSet::new();
         for (zone, n) in &in_zone {
+            let hdd = on_hdd.get(zone).copied().unwrap_or(0);
+            let mostly_hdd = hdd * 2 >= *n || (hdd > 0 && following.contains(zone));
             if u64::from(*n) * 4 >= z * 3 {
                 let runs = active.entry(*zone).or_default();
                 *runs = (*runs).max(cfg.zone_min_active.max(1));
-                let hdd = on_hdd.get(zone).copied().unwrap_or(0);
-                if hdd * 2 >= *n || (hdd > 0 && following.contains(zone)) {
+                if mostly_hdd {
                     arriving.insert(*zone);
                 }
+            } else if u64::from(live.get(zone).copied().unwrap_or(0)) * 4 >= z && mostly_hdd {
+                // A sweep: a quarter of the zone's extents in use at once
+                // (each touched within its idle time, seconds at the HDD's
+                // pace), most of what was read still on the HDD. Data read
+                // that way is a set arriving; three quarters read whole
+                // took 8 to 12 s at the HDD's pace for a 700 MiB set
+                // (benchmarks/daemon-shift.sh), a quarter in use takes 2.
+                // A scatter over a region larger than the SSD fills only
+                // the room of idle zones (a prefetch never displaces data
+                // in use), and without admission busy zones alone are
+                // prefetched, as before.
+                arriving.insert(*zone);
             }
         }
         // Runs are counted over the coverage windows (a minute or two: a

@@ -525,20 +525,22 @@ fn an_arrival_grows_into_neighbouring_zones() {
         ..PolicyConfig::default()
     };
     let hdd = |e: u64| touched(e, Tier::Hdd, 1.0, 1);
-    // Zone 0: six of eight; zone 1: two of eight; zone 2: one; zone 3: two.
+    // Zone 0: six of eight; zone 1: two of eight; zone 2: one; zone 3: two,
+    // touched earlier in the windows but idle now (no sweep).
     let mut v: Vec<Candidate> = [0, 1, 3, 4, 6, 7, 9, 13, 18, 25, 30]
         .into_iter()
-        .map(hdd)
+        .map(|e| if e >= 24 { idle(hdd(e)) } else { hdd(e) })
         .collect();
     let zones = Zones::find(&cfg, &v, &HashSet::new());
     assert_eq!(zones.arriving(), &HashSet::from([0, 1]));
     assert!(zones.is_busy(0) && !zones.is_busy(9));
     let listed: Vec<u64> = zones.busy_extents(64).collect();
     assert_eq!(listed, (0..16).collect::<Vec<_>>());
-    // Zone 1 mostly up (one of its two touched extents on the SSD, and
+    // Zone 1 mostly up (two of its three touched extents on the SSD, and
     // zone 0 gone idle): followed, it stays while its other is on the HDD.
     v.retain(|c| c.extent >= 8);
     v[0].tier = Tier::Ssd;
+    v.push(touched(10, Tier::Ssd, 1.0, 1));
     assert!(Zones::find(&cfg, &v, &HashSet::new()).arriving().is_empty());
     let followed = Zones::find(&cfg, &v, &HashSet::from([1]));
     assert_eq!(followed.arriving(), &HashSet::from([1]));
@@ -546,6 +548,50 @@ fn an_arrival_grows_into_neighbouring_zones() {
     assert!(Zones::find(&cfg, &v, &HashSet::from([1]))
         .arriving()
         .is_empty());
+}
+
+#[test]
+fn a_zone_swept_at_the_hdds_pace_is_arriving() {
+    // Zones of 8 extents. Zone 2: a quarter of it (two extents) touched
+    // and in use now, on the HDD, with no arriving neighbour: a sweep, a
+    // set read at the HDD's pace, arriving. The same two touched earlier
+    // in the windows but idle now are not; nor are two in use of which
+    // more than half are on the SSD already; nor is one alone.
+    let cfg = PolicyConfig {
+        zone_extents: 8,
+        zone_min_active: 3,
+        ..PolicyConfig::default()
+    };
+    let hdd = |e: u64| touched(e, Tier::Hdd, 1.0, 1);
+    let none = HashSet::new();
+    let swept = vec![hdd(17), hdd(21)];
+    assert_eq!(
+        Zones::find(&cfg, &swept, &none).arriving(),
+        &HashSet::from([2])
+    );
+    let earlier: Vec<Candidate> = swept.iter().cloned().map(idle).collect();
+    assert!(Zones::find(&cfg, &earlier, &none).arriving().is_empty());
+    let up = vec![
+        hdd(17),
+        touched(21, Tier::Ssd, 1.0, 1),
+        touched(22, Tier::Ssd, 1.0, 1),
+    ];
+    assert!(Zones::find(&cfg, &up, &none).arriving().is_empty());
+    assert!(Zones::find(&cfg, &[hdd(17)], &none).arriving().is_empty());
+    // Not busy for that: without admission a sweep prefetches nothing.
+    assert!(!Zones::find(&cfg, &swept, &none).is_busy(17));
+    let mut adm = input(
+        vec![hdd(17), hdd(21), touched(18, Tier::Hdd, 0.0, 0)],
+        10,
+        0,
+    );
+    assert!(plan(&cfg, &adm).is_empty());
+    adm.admission = true;
+    let p = plan(&cfg, &adm);
+    let mut up: Vec<u64> = p.iter().map(|m| m.extent).collect();
+    up.sort();
+    assert_eq!(up, vec![17, 18, 21], "{p:?}");
+    assert!(p.iter().all(|m| m.reason == Reason::Near));
 }
 
 #[test]
