@@ -239,9 +239,17 @@ pub async fn run_with(
         let (live, rx) = (live.clone(), stop_rx.clone());
         side.spawn(async move { metrics::serve(listener, handle, live, stopped(rx)).await });
     }
+    // systemd hears READY=1 first: the status line and the watchdog pings
+    // wait for it (they raced it before, and a STATUS could come first).
+    let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
     {
         let (live, mut rx) = (live.clone(), stop_rx.clone());
+        let mut ready = ready_rx.clone();
         side.spawn(async move {
+            tokio::select! {
+                _ = ready.wait_for(|r| *r) => {}
+                _ = rx.wait_for(|s| *s) => return,
+            }
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             let mut last_flush = std::time::Instant::now();
             let mut last_trim = std::time::Instant::now();
@@ -281,7 +289,12 @@ pub async fn run_with(
         // runtime, blocking pool or flush stops them.
         let (live, mut rx) = (live.clone(), stop_rx.clone());
         info!(every = ?every, "pinging the systemd watchdog");
+        let mut ready = ready_rx.clone();
         side.spawn(async move {
+            tokio::select! {
+                _ = ready.wait_for(|r| *r) => {}
+                _ = rx.wait_for(|s| *s) => return,
+            }
             let mut tick = tokio::time::interval(every);
             loop {
                 tokio::select! {
@@ -310,6 +323,8 @@ pub async fn run_with(
         }
     };
     sd_notify("READY=1\nSTATUS=serving");
+    // Kept by the channel for tasks not waiting yet.
+    ready_tx.send_replace(true);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
