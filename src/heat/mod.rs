@@ -377,12 +377,8 @@ impl HeatMap {
         if k <= 0.0 || score <= 0.0 {
             return max;
         }
-        let t = (k / score).ceil();
-        if t >= max as f32 {
-            max
-        } else {
-            (t as u64).clamp(MIN_IDLE_TICKS.min(max), max)
-        }
+        // `as` saturates: a tiny score gives u64::MAX, clamped to `max`.
+        ((k / score).ceil() as u64).clamp(MIN_IDLE_TICKS.min(max), max)
     }
 
     fn in_use(&self, last: u32, score: f32, now: u32) -> bool {

@@ -246,9 +246,8 @@ pub async fn run_with(
         let (live, mut rx) = (live.clone(), stop_rx.clone());
         let mut ready = ready_rx.clone();
         side.spawn(async move {
-            tokio::select! {
-                _ = ready.wait_for(|r| *r) => {}
-                _ = rx.wait_for(|s| *s) => return,
+            if !ready_unless_stopped(&mut ready, &mut rx).await {
+                return;
             }
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             let mut last_flush = std::time::Instant::now();
@@ -291,9 +290,8 @@ pub async fn run_with(
         info!(every = ?every, "pinging the systemd watchdog");
         let mut ready = ready_rx.clone();
         side.spawn(async move {
-            tokio::select! {
-                _ = ready.wait_for(|r| *r) => {}
-                _ = rx.wait_for(|s| *s) => return,
+            if !ready_unless_stopped(&mut ready, &mut rx).await {
+                return;
             }
             let mut tick = tokio::time::interval(every);
             loop {
@@ -390,5 +388,17 @@ async fn background_flush(live: &Arc<Live>) {
         Ok(Ok(())) => debug!("background flush done"),
         Ok(Err(e)) => warn!("background flush failed: {e}"),
         Err(e) => warn!("background flush task failed: {e}"),
+    }
+}
+
+/// Wait for READY=1 to have been sent (`ready`), or for the stop (`stop`);
+/// true once ready. Tasks that talk to systemd start only then.
+async fn ready_unless_stopped(
+    ready: &mut tokio::sync::watch::Receiver<bool>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    tokio::select! {
+        r = ready.wait_for(|r| *r) => r.is_ok(),
+        _ = stop.wait_for(|s| *s) => false,
     }
 }
