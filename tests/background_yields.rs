@@ -84,6 +84,38 @@ fn a_reserve_refill_waits_while_users_read_the_hdd() {
 }
 
 #[test]
+fn a_users_read_waiting_on_the_hdd_keeps_it_busy_with_users() {
+    let bed = Bed::new(8, 32, 2);
+    let hdd = Gate::on_reads(bed.hdd.clone(), |len, _| len == BLK as usize);
+    let vol = bed.open_on(Devices {
+        ssd: bed.ssd.clone() as Arc<dyn BlockDevice>,
+        hdd: hdd.clone() as Arc<dyn BlockDevice>,
+    });
+    for e in 0..12 {
+        vol.write(e * EXTENT, &pattern(e, EXTENT as usize), false)
+            .expect("write");
+    }
+    assert_eq!(tier_of(&vol, 11), Some(Tier::Hdd));
+    bed.clock.advance(Duration::from_secs(2));
+    assert!(vol.hdd_foreground_idle() >= Duration::from_secs(2));
+    // A user's read of the HDD, held by the disk (queued behind copies).
+    hdd.arm();
+    let reader = {
+        let vol = vol.clone();
+        std::thread::spawn(move || user_reads(&vol, 11))
+    };
+    hdd.wait_held();
+    bed.clock.advance(Duration::from_secs(1));
+    assert_eq!(vol.hdd_foreground_idle(), Duration::ZERO, "a read waits");
+    assert_eq!(vol.hdd_reads_idle(), Duration::ZERO, "a read waits");
+    hdd.release();
+    reader.join().expect("the reader");
+    bed.clock.advance(Duration::from_millis(300));
+    assert_eq!(vol.hdd_foreground_idle(), Duration::from_millis(300));
+    assert_eq!(vol.hdd_reads_idle(), Duration::from_millis(300));
+}
+
+#[test]
 fn the_write_log_goes_back_only_while_the_hdd_is_free_of_users() {
     let bed = Bed::new(8, 16, 2);
     let vol = bed.open();
@@ -223,6 +255,24 @@ fn preclean_met_by(stream: bool) -> (tierd::migrate::RoundReport, f64) {
     let slot = |e: u64| vol.mapping(e).expect("mapped").loc;
     assert_eq!(slot(3).tier, Tier::Hdd);
     assert_eq!(slot(3).slot, slot(1).slot + 2, "extent 3's slot");
+    // The rest of the HDD filled, then every other slot from 4 on given
+    // back: no two free slots neighbour each other, so a batch of moves
+    // finds no run to take (`Allocator::alloc_run`) and the two copies
+    // land apart.
+    for e in 4..18 {
+        vol.pin(e * EXTENT, EXTENT, Some(Tier::Hdd)).expect("pin");
+        put(&vol, &mut model, e * EXTENT, &pattern(e, EXTENT as usize));
+        assert_eq!(slot(e).tier, Tier::Hdd, "extent {e}");
+    }
+    for e in 4..18 {
+        if slot(e).slot >= 4 && slot(e).slot % 2 == 0 {
+            vol.discard(e * EXTENT, EXTENT, false, false, false)
+                .expect("trim");
+            model[(e * EXTENT) as usize..][..EXTENT as usize].fill(0);
+        }
+    }
+    vol.flush().expect("flush");
+    assert!(vol.free_slots(Tier::Hdd) >= 4, "room for pre-cleaning");
     let m = Arc::new(bed.migrator(&vol));
     bed.clock.advance(Duration::from_secs(1));
     gate.arm();

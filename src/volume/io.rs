@@ -276,7 +276,9 @@ impl Volume {
         let at = self.geo.slot_offset(m.loc.slot) + p.start;
         // Only HDD reads feed the migrator's backoff (as in `read_into`).
         let t0 = (tier == Tier::Hdd).then(|| self.clock.io_now());
+        let reading = t0.and_then(|_| self.hdd_user_read());
         let r = dev.read_to_pipe(pipe, at, len as usize)?;
+        drop(reading);
         drop(guard);
         let i = tier.index();
         if let Err(e) = r {
@@ -380,7 +382,9 @@ impl Volume {
                         } else {
                             Duration::ZERO
                         };
+                        let reading = if timed { self.hdd_user_read() } else { None };
                         let r = dev.read_at(part, at);
+                        drop(reading);
                         if timed {
                             self.sample_hdd_read(io0);
                         }

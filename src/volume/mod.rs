@@ -227,6 +227,8 @@ pub struct Volume {
     room: room::Room,
     /// When the HDD last served foreground I/O (ns on the volume's clock).
     hdd_fg_at: stamp::Stamp,
+    /// Users' reads sent to the HDD and not yet answered.
+    hdd_user_reads: AtomicUsize,
     /// When the HDD last served a user's read (ns on the volume's clock;
     /// `u64::MAX`: never).
     hdd_read_at: stamp::Stamp,
@@ -348,15 +350,41 @@ impl Volume {
 
     /// How long the HDD has served no foreground I/O (a user's read or a
     /// write in place), on the volume's clock; since the volume opened if
-    /// never.
+    /// never. Zero while a user's read waits on the HDD: the stamp is
+    /// taken when a read completes, and one queued behind copies for
+    /// longer than the migrator's idle window made the HDD look free of
+    /// users.
     pub fn hdd_foreground_idle(&self) -> std::time::Duration {
+        if self
+            .hdd_user_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+        {
+            return std::time::Duration::ZERO;
+        }
         self.hdd_fg_at.since(self.clock.as_ref())
     }
 
     /// How long the HDD has served no user's read, on the volume's clock
-    /// (`Duration::MAX` if none since the volume opened).
+    /// (`Duration::MAX` if none since the volume opened); zero while one
+    /// waits on it.
     pub fn hdd_reads_idle(&self) -> std::time::Duration {
+        if self
+            .hdd_user_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+        {
+            return std::time::Duration::ZERO;
+        }
         self.hdd_read_at.since(self.clock.as_ref())
+    }
+
+    /// A user's read of the HDD in progress, counted until the guard
+    /// drops (for [`Volume::hdd_foreground_idle`]); `None` for background
+    /// reads.
+    pub(crate) fn hdd_user_read(&self) -> Option<io::InFlight<'_>> {
+        (crate::device::IoClass::current() == crate::device::IoClass::Foreground)
+            .then(|| io::InFlight::new(&self.hdd_user_reads))
     }
 
     /// Note foreground I/O on the HDD now (for [`Volume::hdd_foreground_idle`]).

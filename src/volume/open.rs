@@ -477,6 +477,7 @@ impl Volume {
             hdd_latency: io::Latency::default(),
             room: super::room::Room::default(),
             hdd_fg_at: super::stamp::Stamp::at_zero(),
+            hdd_user_reads: AtomicUsize::new(0),
             hdd_read_at: super::stamp::Stamp::never(),
             ledger,
             new_data_at: super::stamp::Stamp::never(),

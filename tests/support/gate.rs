@@ -1,6 +1,7 @@
-//! A device wrapper that holds one write, chosen by a predicate, once
-//! armed, until the test releases it: a way to stop a write (a migration's
-//! copy, a foreground write) at an exact point and act meanwhile.
+//! A device wrapper that holds one write (or, built with
+//! [`Gate::on_reads`], one read), chosen by a predicate, once armed, until
+//! the test releases it: a way to stop a write (a migration's copy, a
+//! foreground write) or a user's read at an exact point and act meanwhile.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -14,6 +15,7 @@ type Hold = Box<dyn Fn(usize, u64) -> bool + Send + Sync>;
 pub struct Gate {
     inner: Arc<dyn BlockDevice>,
     hold: Hold,
+    reads: bool,
     armed: AtomicBool,
     state: Mutex<(bool, bool)>, // (a write is held, released)
     cv: Condvar,
@@ -27,10 +29,39 @@ impl Gate {
         Arc::new(Gate {
             inner,
             hold: Box::new(hold),
+            reads: false,
             armed: AtomicBool::new(false),
             state: Mutex::new((false, false)),
             cv: Condvar::new(),
         })
+    }
+
+    /// A gate that holds reads instead of writes.
+    #[allow(dead_code)]
+    pub fn on_reads(
+        inner: Arc<dyn BlockDevice>,
+        hold: impl Fn(usize, u64) -> bool + Send + Sync + 'static,
+    ) -> Arc<Self> {
+        Arc::new(Gate {
+            inner,
+            hold: Box::new(hold),
+            reads: true,
+            armed: AtomicBool::new(false),
+            state: Mutex::new((false, false)),
+            cv: Condvar::new(),
+        })
+    }
+
+    /// Hold here if `len`/`offset` is the one to hold (once armed).
+    fn maybe_hold(&self, len: usize, offset: u64) {
+        if (self.hold)(len, offset) && self.armed.swap(false, Ordering::AcqRel) {
+            let mut st = self.state.lock().expect("gate lock");
+            st.0 = true;
+            self.cv.notify_all();
+            while !st.1 {
+                st = self.cv.wait(st).expect("gate wait");
+            }
+        }
     }
 
     /// Hold the next write `hold` chooses.
@@ -59,16 +90,14 @@ impl BlockDevice for Gate {
         self.inner.size()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        if self.reads {
+            self.maybe_hold(buf.len(), offset);
+        }
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-        if (self.hold)(buf.len(), offset) && self.armed.swap(false, Ordering::AcqRel) {
-            let mut st = self.state.lock().expect("gate lock");
-            st.0 = true;
-            self.cv.notify_all();
-            while !st.1 {
-                st = self.cv.wait(st).expect("gate wait");
-            }
+        if !self.reads {
+            self.maybe_hold(buf.len(), offset);
         }
         self.inner.write_at(buf, offset)
     }
