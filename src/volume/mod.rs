@@ -40,7 +40,7 @@ pub use io::AllocRun;
 pub use ledger::{Ledger, LedgerStatus};
 pub use log::LogUsage;
 pub use lost::Salvaged;
-pub use moves::{Goal, MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
+pub use moves::{AwaitedCopies, Goal, MoveOutcome, MoveRecord, MoveStep, MERGE_MAX};
 pub use open::{FormatOptions, VolumeOptions, STORE_FORMAT_VERSION};
 pub use pins::{pin_in, pinned_ranges, Pin};
 pub use placement::Placement;

@@ -43,6 +43,8 @@ use crate::units::Reason;
 mod copying;
 mod rewrite;
 
+pub use copying::AwaitedCopies;
+
 use rewrite::through_clean_gaps;
 
 /// Bytes copied per device I/O during a migration.
@@ -415,12 +417,16 @@ impl Volume {
         }
         // In source order; copies into shadows in their order, after the
         // others: the HDD side is what streams (neighbouring shadows are
-        // written in one write, `Volume::copy_items`).
+        // written in one write, `Volume::copy_items`). From the SSD into
+        // new HDD slots, in the volume's order: the slots are a run, so
+        // the extents keep their order on the disk and a later read of
+        // them streams too.
         items.sort_by_key(|(i, _)| {
             let into_shadow = matches!(goal, Goal::Hdd | Goal::Refresh);
             match &i.before.shadow {
-                Some(s) if into_shadow => (1, s.slot, i.extent),
-                _ => (0, i.before.loc.slot, i.extent),
+                Some(s) if into_shadow => (1, u64::from(s.slot), i.extent),
+                _ if goal.tier() == Tier::Hdd && i.before.loc.tier == Tier::Ssd => (0, i.extent, 0),
+                _ => (0, u64::from(i.before.loc.slot), i.extent),
             }
         });
         // New slots, ascending for ascending sources: both devices stream.
@@ -429,18 +435,7 @@ impl Volume {
             .filter(|(_, n)| n.is_some())
             .count()
             .min(clean_room);
-        let mut dsts = Vec::with_capacity(wanted);
-        while dsts.len() < wanted {
-            match self.take_slot(&[goal.tier()]) {
-                Ok(Some(d)) => dsts.push(d),
-                Ok(None) => break,
-                Err(e) => {
-                    // The moves without a slot end as NoRoom.
-                    tracing::warn!("no slot for a move: {e}");
-                    break;
-                }
-            }
-        }
+        let mut dsts = self.take_slots(goal.tier(), wanted);
         dsts.sort_by_key(|d| std::cmp::Reverse(d.slot));
         // A promoted extent keeps its HDD slot as a shadow while the HDD has
         // more free slots than the reserve (the room demotions need).

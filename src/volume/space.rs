@@ -120,6 +120,66 @@ impl Volume {
         self.detached(self.alloc.alloc(order))
     }
 
+    /// Up to `wanted` free slots on `tier` for a batch of moves. On the
+    /// HDD they neighbour each other where free runs allow
+    /// ([`Volume::take_run`]): the batch's copies are then written in
+    /// merged writes, where slots given back one by one (scattered over
+    /// the disk) cost a positioning per extent. The rest are single slots
+    /// ([`Volume::take_slot`]). Fewer when the tier runs out (or a slot
+    /// cannot be detached: logged; the moves without one end as NoRoom).
+    pub(crate) fn take_slots(&self, tier: Tier, wanted: usize) -> Vec<Loc> {
+        let mut dsts = Vec::with_capacity(wanted);
+        while tier == Tier::Hdd && wanted > dsts.len() + 1 {
+            let want = u32::try_from(wanted - dsts.len()).unwrap_or(u32::MAX);
+            match self.take_run(tier, want) {
+                Ok(run) if run.is_empty() => break,
+                Ok(run) => dsts.extend(run),
+                Err(e) => {
+                    tracing::warn!("no slots for a batch of moves: {e}");
+                    break;
+                }
+            }
+        }
+        while dsts.len() < wanted {
+            match self.take_slot(&[tier]) {
+                Ok(Some(d)) => dsts.push(d),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!("no slot for a move: {e}");
+                    break;
+                }
+            }
+        }
+        dsts
+    }
+
+    /// Up to `want` free slots on `tier` in one run of neighbouring slots
+    /// for a batch of moves ([`Allocator::alloc_run`](super::alloc::Allocator::alloc_run)), at least a merged
+    /// write's worth of them where the batch is that large; empty when no
+    /// free run is long enough. Each is detached as
+    /// [`Volume::take_slot`]'s is.
+    pub(crate) fn take_run(&self, tier: Tier, want: u32) -> VolumeResult<Vec<Loc>> {
+        let min = (super::moves::MERGE_MAX / self.geo.extent_size).max(1);
+        let min = u32::try_from(min).unwrap_or(u32::MAX);
+        let got = self.alloc.alloc_run(tier, want, min);
+        let mut out = Vec::with_capacity(got.len());
+        let mut left = got.into_iter();
+        for loc in left.by_ref() {
+            match self.detached(Some(loc)) {
+                Ok(Some(l)) => out.push(l),
+                Ok(None) => {}
+                Err(e) => {
+                    // The slots not yet detached go back unused.
+                    for l in out.into_iter().chain(left) {
+                        self.alloc.free_now(l);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// [`Volume::take_slot`] for new data: on the SSD the lowest free slot,
     /// on the HDD the first free one from `hdd_goal`, else the lowest.
     fn take_new_slot(&self, order: &[Tier], hdd_goal: Option<u32>) -> VolumeResult<Option<Loc>> {

@@ -246,6 +246,7 @@ impl Migrator {
                 waited += self.pace(bucket, n);
             };
             let t0 = vol.clock().io_now();
+            let _awaited = for_use.then(crate::volume::AwaitedCopies::enter);
             // While admitted extents keep their HDD copies, the reserve is
             // covered by cleaning, not by demoting: an extent given a clean
             // copy stays on the SSD and still leaves by a mapping change the
