@@ -3,31 +3,11 @@
 //! back one by one (a trim, swaps) are scattered over the disk, and
 //! demotions written to them cost the drive one positioning each.
 
-use std::sync::Arc;
+mod support;
 
-use tierd::device::{BlockDevice, MemDevice};
-use tierd::store::{MemStore, MetaStore};
+use support::{Bed, EXTENT};
 use tierd::units::Reason;
-use tierd::volume::{Devices, FormatOptions, MoveOutcome, Stats, Tier, Volume};
-
-const KIB: u64 = 1024;
-const EXTENT: u64 = 64 * KIB;
-
-/// A volume of 8 SSD slots (one of them the reserve) and 64 HDD slots.
-fn volume() -> Volume {
-    let devices = Devices {
-        ssd: Arc::new(MemDevice::new(1024 * KIB + 8 * EXTENT)) as Arc<dyn BlockDevice>,
-        hdd: Arc::new(MemDevice::new(1024 * KIB + 64 * EXTENT)) as Arc<dyn BlockDevice>,
-    };
-    let store: Arc<dyn MetaStore> = Arc::new(MemStore::new());
-    let opts = FormatOptions {
-        extent_size: EXTENT,
-        reserve: Some(EXTENT),
-        force: false,
-    };
-    Volume::format(&devices, store.as_ref(), &opts).expect("format");
-    Volume::open(devices, store).expect("open")
-}
+use tierd::volume::{MoveOutcome, Stats, Tier, Volume};
 
 fn loc(vol: &Volume, extent: u64) -> (Tier, u32) {
     let m = vol.mapping(extent).expect("mapped");
@@ -40,7 +20,8 @@ fn whole(extent: u64) -> Vec<u8> {
 
 #[test]
 fn a_batch_of_demotions_lands_in_a_run_and_goes_down_in_one_write() {
-    let vol = volume();
+    // 8 SSD slots (one of them the reserve) and 64 HDD slots.
+    let vol = Bed::new(8, 64, 1).open();
     // Extents 0..8 land on the SSD (its reserve too; in reverse, so their
     // SSD slots run against the volume's order); 10..40 spill to HDD slots
     // 0..30.

@@ -195,27 +195,20 @@ impl Free {
         let (mut start, mut len, mut s) = (lo, 0u32, lo);
         while s < hi {
             let word = self.bits[(s / 64) as usize];
-            if s % 64 == 0 && s + 64 <= hi && (word == 0 || word == u64::MAX) {
-                if word == 0 {
-                    len = 0;
-                } else {
-                    if len == 0 {
-                        start = s;
-                    }
-                    len += 64;
-                }
-                s += 64;
+            let (free, step) = if s % 64 == 0 && s + 64 <= hi && (word == 0 || word == u64::MAX) {
+                (word != 0, 64)
             } else {
-                if word & (1u64 << (s % 64)) == 0 {
-                    len = 0;
-                } else {
-                    if len == 0 {
-                        start = s;
-                    }
-                    len += 1;
+                (word & (1u64 << (s % 64)) != 0, 1)
+            };
+            if free {
+                if len == 0 {
+                    start = s;
                 }
-                s += 1;
+                len += step;
+            } else {
+                len = 0;
             }
+            s += step;
             if len >= min {
                 return Some(start);
             }

@@ -26,10 +26,14 @@ impl Gate {
         inner: Arc<dyn BlockDevice>,
         hold: impl Fn(usize, u64) -> bool + Send + Sync + 'static,
     ) -> Arc<Self> {
+        Gate::holding(inner, Box::new(hold), false)
+    }
+
+    fn holding(inner: Arc<dyn BlockDevice>, hold: Hold, reads: bool) -> Arc<Self> {
         Arc::new(Gate {
             inner,
-            hold: Box::new(hold),
-            reads: false,
+            hold,
+            reads,
             armed: AtomicBool::new(false),
             state: Mutex::new((false, false)),
             cv: Condvar::new(),
@@ -42,14 +46,7 @@ impl Gate {
         inner: Arc<dyn BlockDevice>,
         hold: impl Fn(usize, u64) -> bool + Send + Sync + 'static,
     ) -> Arc<Self> {
-        Arc::new(Gate {
-            inner,
-            hold: Box::new(hold),
-            reads: true,
-            armed: AtomicBool::new(false),
-            state: Mutex::new((false, false)),
-            cv: Condvar::new(),
-        })
+        Gate::holding(inner, Box::new(hold), true)
     }
 
     /// Hold here if `len`/`offset` is the one to hold (once armed).
