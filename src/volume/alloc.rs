@@ -29,7 +29,7 @@
 //!   else the next run from where the last one ended), so the batch's
 //!   copies go down in merged writes. Slots given back one by one are
 //!   scattered, and a victim written to one costs a positioning: a moved
-//!   70/30 set came up in 48–51 s that way, in 38–39 s with runs and the
+//!   70/30 set came up in 48–51 s that way, in 40–43 s with runs and the
 //!   copies users wait for written whole (`moves::AwaitedCopies`;
 //!   benchmarks/daemon-shift.sh).
 

@@ -21,8 +21,8 @@ thread_local! {
 /// wait for: a set arriving, and the victims making room for it. Their
 /// HDD writes go whole, up to [`MERGE_MAX`], where other copies write
 /// [`COPY_CHUNK`] at a time with a turn for the users' requests between.
-/// A moved 70/30 set came up in 39 s instead of 49 with its copies written
-/// whole (benchmarks/daemon-shift.sh: the drive gathers a stream's writes
+/// A moved 70/30 set came up in 40–43 s instead of 48–51 with these
+/// copies written whole (benchmarks/daemon-shift.sh: the drive gathers a stream's writes
 /// only two chunks at a time, and each turn given between them costs a
 /// positioning), while written whole for every copy, the users' reads
 /// waiting behind a refill's writes cost a replayed trace 10 % on its
