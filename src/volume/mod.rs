@@ -355,11 +355,7 @@ impl Volume {
     /// longer than the migrator's idle window made the HDD look free of
     /// users.
     pub fn hdd_foreground_idle(&self) -> std::time::Duration {
-        if self
-            .hdd_user_reads
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0
-        {
+        if self.hdd_user_reading() {
             return std::time::Duration::ZERO;
         }
         self.hdd_fg_at.since(self.clock.as_ref())
@@ -369,14 +365,17 @@ impl Volume {
     /// (`Duration::MAX` if none since the volume opened); zero while one
     /// waits on it.
     pub fn hdd_reads_idle(&self) -> std::time::Duration {
-        if self
-            .hdd_user_reads
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0
-        {
+        if self.hdd_user_reading() {
             return std::time::Duration::ZERO;
         }
         self.hdd_read_at.since(self.clock.as_ref())
+    }
+
+    /// Whether a user's read waits on the HDD now.
+    fn hdd_user_reading(&self) -> bool {
+        self.hdd_user_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
     }
 
     /// A user's read of the HDD in progress, counted until the guard

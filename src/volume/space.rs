@@ -158,7 +158,7 @@ impl Volume {
     /// write's worth of them where the batch is that large; empty when no
     /// free run is long enough. Each is detached as
     /// [`Volume::take_slot`]'s is.
-    pub(crate) fn take_run(&self, tier: Tier, want: u32) -> VolumeResult<Vec<Loc>> {
+    fn take_run(&self, tier: Tier, want: u32) -> VolumeResult<Vec<Loc>> {
         let min = (super::moves::MERGE_MAX / self.geo.extent_size).max(1);
         let min = u32::try_from(min).unwrap_or(u32::MAX);
         let got = self.alloc.alloc_run(tier, want, min);

@@ -405,12 +405,12 @@ impl Volume {
             Stats::add(&self.stats.dev_reads[g.from.index()], 1);
             Stats::add(&self.stats.dev_read_bytes[g.from.index()], len);
         }
+        let piece = match g.to {
+            Tier::Hdd if AwaitedCopies::now() => MERGE_MAX,
+            _ => COPY_CHUNK,
+        };
         for (at, off, len) in g.spans(|p| p.dst) {
             let part = &buf[off as usize..(off + len) as usize];
-            let piece = match g.to {
-                Tier::Hdd if AwaitedCopies::now() => MERGE_MAX,
-                _ => COPY_CHUNK,
-            };
             for (k, chunk) in part.chunks(piece as usize).enumerate() {
                 pace(0);
                 ddev.write_at(chunk, at + k as u64 * piece).map_err(|e| {
